@@ -1,0 +1,160 @@
+# DSTL build. `make` builds the library, the `dstl` command, every test and benchmark;
+# `make run` runs the embedded default; `make test` runs the tests (it starts the S3 server
+# they need); `make perf` runs the benchmarks. `make SANITIZE=address|undefined|thread`
+# builds into build/<variant>/ and `make test SANITIZE=...` runs the same tests there.
+#
+# Sources are found by directory: wire/*.c, s3/*.c and dstl/*.c make the library (the
+# command's own files are dstl/cmd*.c); tests/test_*.c are one Criterion binary each;
+# tests/tools/*.c and perf/*.c are programs; tests/fuzz/fuzz_*.c are libFuzzer targets.
+
+SHELL    := /bin/bash
+CC       ?= cc
+PREFIX   ?= /usr/local
+SANITIZE ?=
+VERSION  := 0.1.0
+
+# BUILD moves the whole tree (parallel work in one checkout); LIB_SRCS narrows the library.
+BUILD    ?= build
+ifeq ($(SANITIZE),)
+B := $(BUILD)
+SANFLAGS :=
+else ifeq ($(SANITIZE),address)
+B := $(BUILD)/address
+SANFLAGS := -fsanitize=address -fno-omit-frame-pointer
+else ifeq ($(SANITIZE),undefined)
+B := $(BUILD)/undefined
+SANFLAGS := -fsanitize=undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+else ifeq ($(SANITIZE),thread)
+B := $(BUILD)/thread
+SANFLAGS := -fsanitize=thread
+else
+$(error SANITIZE must be address, undefined or thread, not '$(SANITIZE)')
+endif
+
+# The dependency stamp: scripts/deps.sh is the one list of packages; it runs once per machine.
+DEPS_STAMP := build/.deps-ok
+PKGS       := libcurl openssl liburing libprotobuf-c libxml-2.0 liblz4 libzstd
+
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
+CFLAGS   ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) $(SANFLAGS) \
+             -Iinclude -I. -I$(B)/gen -DDSTL_VERSION='"$(VERSION)"' \
+             $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LIBS      = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -laio -lpthread -lm
+LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
+
+PROTO      := wire/dstl.proto
+GEN_C      := $(B)/gen/wire/dstl.pb-c.c
+GEN_H      := $(B)/gen/wire/dstl.pb-c.h
+
+LIB_SRCS   ?= $(filter-out dstl/cmd%.c,$(wildcard wire/*.c s3/*.c dstl/*.c))
+LIB_OBJS   := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/dstl.pb-c.o
+CMD_SRCS   := $(wildcard dstl/cmd*.c)
+CMD_OBJS   := $(CMD_SRCS:%.c=$(B)/obj/%.o)
+TEST_SRCS  := $(wildcard tests/test_*.c)
+TEST_BINS  := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
+THELP_SRCS := $(wildcard tests/helpers*.c)
+THELP_OBJS := $(THELP_SRCS:%.c=$(B)/obj/%.o)
+TOOL_SRCS  := $(wildcard tests/tools/*.c)
+TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%)
+PERF_SRCS  := $(wildcard perf/*.c)
+PERF_BINS  := $(PERF_SRCS:perf/%.c=$(B)/perf/%)
+FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
+
+.PHONY: all deps lib test run perf fuzz soak install clean
+.DELETE_ON_ERROR:
+
+all: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl $(TEST_BINS) $(TOOL_BINS) $(PERF_BINS)
+
+deps: $(DEPS_STAMP)
+$(DEPS_STAMP): scripts/deps.sh
+	@scripts/deps.sh --check >/dev/null || scripts/deps.sh
+	@mkdir -p $(@D) && touch $@
+
+lib: $(B)/libdstl.a $(B)/libdstl.so
+
+$(GEN_C) $(GEN_H): $(PROTO) | $(DEPS_STAMP)
+	@mkdir -p $(B)/gen
+	protoc-c --c_out=$(B)/gen $(PROTO)
+
+# Generated code: built with the project's flags except the prototype checks it cannot meet.
+$(B)/obj/gen/dstl.pb-c.o: $(GEN_C)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
+
+$(B)/obj/%.o: %.c $(GEN_H) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(B)/libdstl.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+# Only dstl_* symbols are exported from the shared library (dstl/libdstl.map).
+$(B)/libdstl.so: $(LIB_OBJS) dstl/libdstl.map
+	$(CC) -shared -Wl,-soname,libdstl.so.0 -Wl,--version-script=dstl/libdstl.map \
+	      $(LDFLAGS_ALL) -o $@ $(LIB_OBJS) $(LIBS)
+
+$(B)/dstl: $(CMD_OBJS) $(B)/libdstl.a
+	$(CC) $(LDFLAGS_ALL) -o $@ $(CMD_OBJS) $(B)/libdstl.a $(LIBS)
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(B)/libdstl.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) -lcriterion
+
+$(B)/tools/%: $(B)/obj/tests/tools/%.o $(B)/libdstl.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+
+$(B)/perf/%: $(B)/obj/perf/%.o $(B)/libdstl.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+
+# make test [SANITIZE=...] [TESTS=pattern]: every test binary, with the S3 server started
+# (and stopped, also on failure) by tests/run.sh.
+test: all
+	tests/run.sh $(B) $(TESTS)
+
+# The README's first command: the embedded default (local durability, no remote).
+run: $(B)/dstl
+	$(B)/dstl demo --config configs/local.conf $(RUN_ARGS)
+
+perf: all
+	@scripts/deps.sh --perf
+	perf/run.sh $(B)
+
+soak: all
+	DSTL_SOAK=1 tests/run.sh $(B) $(TESTS)
+
+# libFuzzer targets: clang, built apart from the rest.
+FUZZ_SECONDS ?= 60
+FUZZ_B := build/fuzz
+FUZZ_CFLAGS = -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined \
+              -Iinclude -I. -I$(FUZZ_B)/gen -DDSTL_VERSION='"$(VERSION)"' \
+              $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+fuzz: | $(DEPS_STAMP)
+	@mkdir -p $(FUZZ_B)/gen $(FUZZ_B)/bin
+	protoc-c --c_out=$(FUZZ_B)/gen $(PROTO)
+	@set -e; for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
+	  echo "fuzz: $$n"; \
+	  clang $(FUZZ_CFLAGS) -o $(FUZZ_B)/bin/$$n $$f $(filter-out dstl/cmd%.c,$(wildcard wire/*.c s3/*.c dstl/*.c)) \
+	    $(FUZZ_B)/gen/wire/dstl.pb-c.c $(LIBS); \
+	  mkdir -p $(FUZZ_B)/corpus/$$n; \
+	  $(FUZZ_B)/bin/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    $(FUZZ_B)/corpus/$$n tests/fuzz/corpus/$$n; done
+
+install: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl
+	install -d $(PREFIX)/lib/pkgconfig $(PREFIX)/include $(PREFIX)/bin
+	install -m 644 $(B)/libdstl.a $(PREFIX)/lib/libdstl.a
+	install -m 755 $(B)/libdstl.so $(PREFIX)/lib/libdstl.so.0
+	ln -sf libdstl.so.0 $(PREFIX)/lib/libdstl.so
+	install -m 644 include/dstl.h $(PREFIX)/include/dstl.h
+	install -m 755 $(B)/dstl $(PREFIX)/bin/dstl
+	sed -e 's|@PREFIX@|$(abspath $(PREFIX))|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@PKGS@|$(PKGS)|' dstl/dstl.pc.in > $(PREFIX)/lib/pkgconfig/dstl.pc
+
+clean:
+	rm -rf build/obj build/gen build/tests build/tools build/perf build/libdstl.* build/dstl \
+	       build/address build/undefined build/thread build/fuzz
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

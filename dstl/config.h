@@ -1,0 +1,72 @@
+/*
+ * dstl/config.h — the key table's typed view, for components inside dstl/.
+ *
+ * dstl_config (include/dstl.h) holds text values; config_resolve() checks every value and
+ * fills one `config_values` with units in the names. Components take their *_opts from it.
+ * The table itself (key, default, parser, unit, doc) lives in dstl/config.c: it is the one
+ * list of keys; configs/ and the README are checked against it by a test.
+ */
+#ifndef DSTL_CONFIG_H
+#define DSTL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+
+enum { CFG_DURABILITY_LOCAL = 0, CFG_DURABILITY_REMOTE = 1 };
+enum { CFG_BACKPRESSURE_BLOCK = 0, CFG_BACKPRESSURE_FAIL = 1 };
+enum { CFG_COMP_NONE = 0, CFG_COMP_LZ4 = 1, CFG_COMP_ZSTD = 2 };  /* = WIRE_COMP_* */
+enum { CFG_IO_URING = 0, CFG_IO_LIBAIO = 1, CFG_IO_PSYNC = 2 };
+enum { CFG_PAYLOAD_UNSIGNED = 0, CFG_PAYLOAD_SHA256 = 1 };
+
+typedef struct {
+    const char *local_dir;
+    const char *remote_uri;              /* "" = local only */
+    int durability;                      /* CFG_DURABILITY_* (effective) */
+    const char *s3_endpoint, *s3_region;
+    int s3_path_style;
+    const char *s3_access_key, *s3_secret_key, *s3_session_token;
+    int s3_tls_verify;
+    const char *s3_ca_file;
+    int s3_payload;                      /* CFG_PAYLOAD_* */
+    uint64_t persist_delay_us;
+    uint64_t persist_size_threshold_bytes;
+    uint64_t preemptive_persist_threshold_bytes;
+    uint64_t max_in_flight_bytes;
+    int backpressure;                    /* CFG_BACKPRESSURE_* */
+    uint64_t upload_timeout_ms;
+    uint32_t upload_max_attempts;
+    uint64_t upload_next_attempt_delay_ms;
+    uint32_t upload_connections;
+    uint64_t upload_part_size_bytes;
+    uint64_t upload_multipart_threshold_bytes;
+    int compression;                     /* CFG_COMP_* */
+    const char *encryption_key_file;
+    int io_engine;                       /* CFG_IO_* */
+    const char *cache_dir;               /* "" = <local_dir>/cache */
+    uint64_t cache_max_size_bytes;
+    uint64_t cache_idle_timeout_ms;
+} config_values;
+
+/* Checks every value and fills v; strings point into c (valid while c is unchanged).
+ * DSTL_ECONFIG naming the key when a value does not parse (cannot happen for values that
+ * went through dstl_config_set/load, which check on entry). */
+int config_resolve(const dstl_config *c, config_values *v);
+
+/* The key table, for `dstl config` and the consistency test. */
+typedef struct {
+    const char *key;
+    const char *default_text;            /* NULL: derived (see doc) */
+    const char *unit;                    /* "duration", "size", "bool", "count", "enum: a|b", "text" */
+    const char *doc;
+    int secret;                          /* never printed */
+} config_key_info;
+size_t config_nkeys(void);
+const config_key_info *config_key(size_t i);
+
+/* Parsers shared with the command line (--duration 10s, --min-age 1h). */
+int config_parse_duration_us(const char *s, uint64_t *us);
+int config_parse_size(const char *s, uint64_t *bytes);
+
+#endif

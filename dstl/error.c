@@ -1,0 +1,50 @@
+/*
+ * dstl/error.c — error codes to text, the thread-local last-error detail, the version.
+ * Thread-safe: the detail is per thread; strerror texts are constants.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dstl/err.h"
+
+/* One line, long enough for an S3 error with key, code, message and request id. */
+static _Thread_local char last_error[1024];
+
+int err_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+void err_clear(void) { last_error[0] = '\0'; }
+
+const char *dstl_last_error(void) { return last_error; }
+
+const char *dstl_version(void) { return DSTL_VERSION; }
+
+const char *dstl_strerror(int err)
+{
+    switch (err) {
+    case 0: return "success";
+    case DSTL_ECORRUPT: return "data corrupt: checksum, tag or format mismatch";
+    case DSTL_ECLOSED: return "object closed or closing";
+    case DSTL_ETRUNCATED: return "range starts below the writer's truncation point";
+    case DSTL_EREMOTE: return "remote store failed after every attempt";
+    case DSTL_ECONFIG: return "unknown configuration key or bad value";
+    case DSTL_ECRYPTO: return "encryption key missing or authentication failed";
+    case DSTL_EFENCED: return "a newer owner of this writer id exists";
+    default: break;
+    }
+    if (err < 0 && err > -4096) {
+        /* strerror() may use a shared buffer only for unknown values; every -errno the
+         * library returns is known, and glibc's strerrordesc_np is thread-safe. */
+        const char *s = strerrordesc_np(-err);
+        if (s) return s;
+    }
+    return "unknown error";
+}
