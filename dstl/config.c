@@ -430,3 +430,18 @@ int config_resolve(const dstl_config *c, config_values *v)
     }
     return 0;
 }
+
+int config_clone(const dstl_config *c, dstl_config **out)
+{
+    dstl_config *n = calloc(1, sizeof *n);
+    if (!n) return err_fail(-ENOMEM, "config: out of memory");
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (c->value[i] && !(n->value[i] = strdup(c->value[i]))) {
+            dstl_config_free(n);
+            return err_fail(-ENOMEM, "config: out of memory");
+        }
+        n->source[i] = c->source[i];
+    }
+    *out = n;
+    return 0;
+}

@@ -54,6 +54,9 @@ typedef struct {
  * went through dstl_config_set/load, which check on entry). */
 int config_resolve(const dstl_config *c, config_values *v);
 
+/* A copy with the same values (the environment is not read again). */
+int config_clone(const dstl_config *c, dstl_config **out);
+
 /* The key table, for `dstl config` and the consistency test. */
 typedef struct {
     const char *key;

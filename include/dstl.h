@@ -89,6 +89,132 @@ const char *dstl_config_get(const dstl_config *c, const char *key);
 
 void dstl_config_free(dstl_config *c);
 
+/* ---- storage: one per process; owns the shared pipeline; thread-safe ----------------------
+ * Opening starts the pipeline thread and the local store in dstl.local.dir (created if
+ * missing). Each storage run has a random run id: its segment names start with it.
+ */
+
+/* Returns 0, DSTL_ECONFIG, -ENOTSUP (a feature the configuration asks for that this build
+ * lacks: detail names the key), or the -errno of creating dstl.local.dir / the I/O engine.
+ * Blocking: yes (mkdir, fsync, thread start). */
+int dstl_storage_open(const dstl_config *c, dstl_storage **out);
+
+/* Waits for in-flight work (bounded by the upload timeouts), frees. Writers must be closed
+ * first, else -EBUSY and nothing is freed. Segments still referenced by live handles stay
+ * on disk for recovery; dstl_gc removes what no handle needs. Accepts NULL. */
+int dstl_storage_close(dstl_storage *s);
+
+/* ---- writer: one per task/operator; used by one thread at a time ---------------------------
+ * Records are numbered per writer 0, 1, 2, ... in append order (data and meta records share
+ * the numbering).
+ */
+
+/* writer_id: 1-255 bytes, unique among this storage's open writers (-EBUSY otherwise).
+ * Data records must name a key group in [key_group_first, key_group_last]. */
+int dstl_writer_open(dstl_storage *s, const char *writer_id,
+                     uint32_t key_group_first, uint32_t key_group_last, dstl_writer **out);
+
+/* The seq the next append gets; 0 on a new writer. */
+uint64_t dstl_writer_next_seq(const dstl_writer *w);
+
+/* Copies the record (the caller may reuse data at once). -EINVAL for a key group outside
+ * the writer's range or len > 2^31-1. Never waits for I/O, except under backpressure: when
+ * the writer hands its records to the pipeline ahead of a checkpoint (it holds
+ * dstl.preemptive-persist-threshold bytes) and the storage already has
+ * dstl.upload.max-in-flight bytes in flight, it blocks until room frees, or returns
+ * -EAGAIN (record not appended) with dstl.backpressure: fail. */
+int dstl_append(dstl_writer *w, uint32_t key_group, const void *data, size_t len);
+
+/* A meta record (state names, serializers): no key group; every reader gets it. */
+int dstl_append_meta(dstl_writer *w, const void *data, size_t len);
+
+/* Makes every record with from_seq <= seq < next_seq durable and hands out a future that
+ * completes with a handle covering exactly that range. Records already durable are
+ * referenced, not written again; with nothing new the future is already complete.
+ * Errors: -EINVAL (from_seq > next_seq), DSTL_ETRUNCATED (below the truncation point),
+ * -EAGAIN (backpressure: fail), -EIO (the local store failed earlier: fail-stop),
+ * DSTL_ECLOSED. A future that fails leaves the records in the writer: a later persist over
+ * the range writes them again. Blocks only under backpressure. */
+int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl_future **out);
+
+/* The writer no longer needs records below to_seq (its state was materialized). Segments
+ * are deleted once no untruncated writer section and no live handle of this storage refers
+ * to them. -EINVAL when to_seq > next_seq. Never deletes what a completed or pending
+ * persist's handle needs. */
+int dstl_truncate(dstl_writer *w, uint64_t to_seq);
+
+/* Waits for the writer's records in flight, releases its sections, frees. Accepts NULL. */
+int dstl_writer_close(dstl_writer *w);
+
+/* ---- futures: complete once, from the pipeline; any thread may wait ------------------------ */
+
+/* 0 when done, -ETIMEDOUT when still pending after timeout_ms (< 0: wait forever). */
+int dstl_future_wait(dstl_future *f, int64_t timeout_ms);
+/* 1 done, 0 pending. */
+int dstl_future_done(const dstl_future *f);
+/* After done: 0 and a new handle (the caller frees it), or the persist's error with its
+ * detail in dstl_last_error(). -EAGAIN while pending. May be called more than once. */
+int dstl_future_result(dstl_future *f, dstl_handle **out);
+/* May be called while pending: the persist still completes; a handle nobody can see then
+ * keeps no segment alive. */
+void dstl_future_free(dstl_future *f);
+
+/* ---- handles: immutable, self-contained, serializable; safe to share between threads ------ */
+
+/* malloc'd bytes (wire/FORMAT.md: magic, version, protobuf body, CRC32C). */
+int dstl_handle_serialize(const dstl_handle *h, void **buf, size_t *len);
+/* Validates fully; DSTL_ECORRUPT naming what is wrong for bytes that are not a handle. */
+int dstl_handle_parse(const void *buf, size_t len, dstl_handle **out);
+void dstl_handle_free(dstl_handle *h);
+const char *dstl_handle_writer_id(const dstl_handle *h);
+uint64_t dstl_handle_checkpoint_id(const dstl_handle *h);
+uint64_t dstl_handle_from_seq(const dstl_handle *h);
+uint64_t dstl_handle_to_seq(const dstl_handle *h);      /* exclusive */
+/* Payload bytes of the records it covers. Exact when from_seq was an answer of
+ * dstl_writer_next_seq or a persist boundary; otherwise whole sections count. */
+uint64_t dstl_handle_size(const dstl_handle *h);
+/* The checkpoint holding h is subsumed or aborted: its segments may go once no writer
+ * section needs them. Discarding twice, or a handle of another storage run, is a no-op. */
+int dstl_handle_discard(dstl_storage *s, const dstl_handle *h);
+
+/* ---- reading: recovery readers; a reader is used by one thread at a time ------------------ */
+typedef struct {
+    uint64_t    seq;
+    uint32_t    key_group;     /* meaningless for meta records */
+    int         is_meta;
+    const void *data;          /* valid until the next dstl_reader_next or dstl_reader_close */
+    size_t      len;
+} dstl_record;
+
+/* Yields h's records in seq order, keeping data records whose key group lies in
+ * [key_group_first, key_group_last] and every meta record. Reads the local copy. */
+int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
+                     uint32_t key_group_first, uint32_t key_group_last, dstl_reader **out);
+/* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), -ENOENT (a
+ * segment is gone). Errors are sticky. */
+int dstl_reader_next(dstl_reader *r, dstl_record *rec);
+void dstl_reader_close(dstl_reader *r);
+
+/* ---- cleanup across crashes and runs ------------------------------------------------------ */
+typedef struct { uint64_t scanned, deleted, kept_live, kept_young, bytes_deleted; } dstl_gc_report;
+
+/* Deletes every segment under dstl.local.dir that no handle in live references, that is
+ * older than min_age_ms, and that this storage is not still using. dry_run reports only. */
+int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live,
+            uint64_t min_age_ms, int dry_run, dstl_gc_report *out);
+
+/* ---- statistics ---------------------------------------------------------------------------- */
+typedef struct {
+    uint64_t appends, append_bytes;
+    uint64_t persists, persist_failures;
+    uint64_t segments_written, segment_bytes;          /* one segment per flushed batch */
+    uint64_t remote_requests, remote_retries, remote_failures, hedged_attempts;
+    uint64_t segments_deleted;
+    uint64_t in_flight_bytes, queued_persists;         /* gauges, now */
+    uint64_t persist_p50_us, persist_p99_us, persist_max_us;   /* since open */
+} dstl_stats;
+int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,371 @@
+/*
+ * dstl/pipeline.c — the shared pipeline: one thread, one event loop, every writer's ranges
+ * grouped into segments.
+ *
+ * Writer threads queue ranges (pipeline_enqueue, under s->mu) and kick an eventfd. The loop
+ * waits on that eventfd and on the local store's completion fd, with the batch deadline as
+ * its timeout. It moves queued ranges into the open batch and flushes the batch:
+ *   - persist-delay > 0: when the first range in it is persist-delay old;
+ *   - persist-delay = 0: leader/follower group commit — at once when no batch is being
+ *     written, else as soon as the batch in flight completes; whatever arrives meanwhile
+ *     rides along in the next one, so light load costs one write + fdatasync and heavy load
+ *     amortizes it over many persists;
+ *   - always: when it holds persist-size-threshold bytes, or the storage is closing.
+ * A flush encodes the batch into one segment (wire_segment_encode, one section per range)
+ * and hands it to the local store; several segments may be in flight at once (bounded by
+ * dstl.upload.max-in-flight, enforced on the writer side).
+ *
+ * Completion (segstore callback, on this thread): every range of the batch becomes durable
+ * (or failed: its records stay in the writer for the next persist), and every future waiting
+ * on it takes its piece. Completions thus never run inside a writer's submit path.
+ *
+ * Deleting unreferenced segments also happens here, off the writer threads.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "dstl/err.h"
+#include "dstl/internal.h"
+#include "dstl/segstore.h"
+
+/* Names reserved ahead of the segment being built, so a flush does not wait for a
+ * directory fsync. Eight covers the segments in flight at typical load (a group commit has
+ * one; a 10 ms persist-delay on a ~1 ms disk a couple) while leaving few empty files after a
+ * crash. */
+#define RESERVE_AHEAD 8u
+
+typedef struct batch {
+    dstl_storage *s;
+    bsec *head, **tail;
+    size_t n;
+    uint64_t bytes;
+    uint64_t opened_ns;
+    seg *g;
+    wire_segment_out out;
+} batch;
+
+typedef struct {
+    dstl_storage *s;
+    batch *open;
+    unsigned inflight;          /* segments written, not yet completed */
+    uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
+} loop_state;
+
+void pipeline_wake(dstl_storage *s)
+{
+    uint64_t one = 1;
+    ssize_t n = write(s->wake_fd, &one, sizeof one);
+    (void)n;                    /* EAGAIN: the counter is already non-zero, the loop will run */
+}
+
+int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
+{
+    bsec *b = calloc(1, sizeof *b);
+    if (!b) return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
+    b->w = w;
+    b->r = r;
+    r->state = RANGE_INFLIGHT;
+    r->sec = b;
+    w->inflight_ranges++;
+    s->in_flight_bytes += r->rec_bytes;
+    *s->q_tail = b;
+    s->q_tail = &b->next;
+    s->q_len++;
+    return 0;
+}
+
+static void seg_name(const dstl_storage *s, uint64_t no, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s-%012llu.seg", s->run_id, (unsigned long long)no);
+}
+
+/* ---- completion ---- */
+
+/* Unlinks a truncated range from its writer's list once the pipeline is done with it. */
+static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
+{
+    range *prev = NULL;
+    for (range *q = w->ranges; q && q != r; q = q->next) prev = q;
+    if (prev) prev->next = r->next;
+    else w->ranges = r->next;
+    if (w->ranges_tail == r) w->ranges_tail = prev;
+    if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+    range_free(r);
+}
+
+static void batch_free(batch *b)
+{
+    for (bsec *x = b->head, *next; x; x = next) {
+        next = x->next;
+        free(x);
+    }
+    wire_segment_out_free(&b->out);
+    free(b);
+}
+
+/* Ends a batch: res 0 = its segment is durable. s->mu held. */
+static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
+{
+    seg *g = b->g;
+    if (res == 0) {
+        g->durable = 1;
+        s->st_segments++;
+        s->st_segment_bytes += b->out.len;
+    } else if (g) {
+        /* Never durable, never referenced: forget it. Its file, if any is left (a fail-stop
+         * store keeps what it has), is an orphan for dstl gc. */
+        u64map_del(&s->segs, g->no);
+        free(g);
+        g = b->g = NULL;
+        if (res == -EIO) s->store_err = res;
+    }
+    for (bsec *x = b->head; x; x = x->next) {
+        range *r = x->r;
+        dstl_writer *w = x->w;
+        r->sec = NULL;
+        if (res == 0) {
+            r->state = RANGE_DURABLE;
+            r->seg = g;
+            r->sec_index = x->index;
+            r->loc = b->out.secs[x->index];
+            free(r->spans);            /* durable: reads go to the segment from now on */
+            r->spans = NULL;
+            r->nspans = 0;
+            g->section_refs++;
+        } else {
+            r->state = RANGE_FAILED;
+        }
+        for (fwait *fw = x->waiters, *next; fw; fw = next) {
+            next = fw->next;
+            dstl_future *f = fw->f;
+            if (res == 0) {
+                int rc = future_add_piece(f, r, fw->lo, fw->hi);
+                if (rc < 0 && !f->failed) {
+                    f->failed = rc;
+                    snprintf(f->errmsg, sizeof f->errmsg, "%s", dstl_last_error());
+                }
+            } else if (!f->failed) {
+                f->failed = res;
+                snprintf(f->errmsg, sizeof f->errmsg, "%s", detail);
+            }
+            f->outstanding--;
+            future_complete_if_ready(f);
+            future_unref(f);           /* the waiter's reference */
+            free(fw);
+        }
+        x->waiters = NULL;
+        w->inflight_ranges--;
+        if (r->truncated) drop_truncated(s, w, r);
+    }
+    s->in_flight_bytes -= b->bytes;
+    pthread_cond_broadcast(&s->room_cv);
+    pthread_cond_broadcast(&s->range_cv);
+}
+
+static void on_written(void *ctx, int res, const char *detail)
+{
+    batch *b = ctx;
+    dstl_storage *s = b->s;
+    char why[512];
+    snprintf(why, sizeof why, "segment %s: %s", b->g->name, detail && *detail ? detail : dstl_strerror(res));
+    pthread_mutex_lock(&s->mu);
+    batch_end(s, b, res, why);
+    pthread_mutex_unlock(&s->mu);
+    batch_free(b);
+}
+
+/* ---- flush ---- */
+
+static void flush(loop_state *ls)
+{
+    dstl_storage *s = ls->s;
+    batch *b = ls->open;
+    ls->open = NULL;
+
+    wire_section_in *in = calloc(b->n, sizeof *in);
+    pthread_mutex_lock(&s->mu);
+    b->g = reg_new_segment(s);
+    pthread_mutex_unlock(&s->mu);
+    if (!in || !b->g) {
+        free(in);
+        pthread_mutex_lock(&s->mu);
+        batch_end(s, b, -ENOMEM, "out of memory building a segment");
+        pthread_mutex_unlock(&s->mu);
+        batch_free(b);
+        return;
+    }
+    /* A range's fields are fixed while it is in flight: the writer only reads them. */
+    uint32_t i = 0;
+    for (bsec *x = b->head; x; x = x->next, i++) {
+        x->index = i;
+        in[i] = (wire_section_in){x->w->id, x->r->seq_first, x->r->seq_end - x->r->seq_first,
+                                  x->r->spans, x->r->nspans};
+    }
+    wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
+                       .compression = s->cv.compression};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    wire_err e = {{0}};
+    int rc = wire_segment_encode(&o, in, b->n, &b->out, &e);
+    free(in);
+    if (rc == 0) {
+        b->g->size = b->out.len;
+        b->g->footer_offset = b->out.footer_offset;
+        b->g->footer_len = b->out.footer_len;
+        b->g->footer_crc = b->out.footer_crc;
+        /* DURABILITY: nothing is durable yet; on_written runs once the store has written,
+         * fdatasync'ed and directory-synced the segment (segstore.h). */
+        rc = segstore_write(s->store, b->g->name, b->out.buf, b->out.len, on_written, b);
+        if (rc == 0) {
+            ls->inflight++;
+            return;
+        }
+        snprintf(e.msg, sizeof e.msg, "%s", dstl_last_error());
+    }
+    char why[600];
+    snprintf(why, sizeof why, "segment %s: %s", b->g->name, e.msg);
+    pthread_mutex_lock(&s->mu);
+    batch_end(s, b, rc, why);
+    pthread_mutex_unlock(&s->mu);
+    batch_free(b);
+}
+
+static void reserve_ahead(loop_state *ls)
+{
+    dstl_storage *s = ls->s;
+    pthread_mutex_lock(&s->mu);
+    uint64_t next = s->next_seg_no;
+    pthread_mutex_unlock(&s->mu);
+    if (ls->reserved_upto < next) ls->reserved_upto = next;
+    while (ls->reserved_upto < next + RESERVE_AHEAD) {
+        char name[64];
+        seg_name(s, ls->reserved_upto, name, sizeof name);
+        if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */
+        ls->reserved_upto++;
+    }
+}
+
+/* Unlinks segments nobody references any more (their counts reached zero under s->mu). */
+static void run_deletes(dstl_storage *s)
+{
+    pthread_mutex_lock(&s->mu);
+    seg *list = s->delete_head;
+    s->delete_head = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (list) {
+        seg *g = list;
+        list = g->next_delete;
+        /* DURABILITY: the unlink becomes durable with the store's next directory fsync; a
+         * crash before it may bring the file back as an orphan that dstl gc removes. */
+        int rc = segstore_unlink(s->store, g->name);
+        pthread_mutex_lock(&s->mu);
+        if (rc == 0 || rc == -ENOENT) s->st_segments_deleted++;
+        u64map_del(&s->segs, g->no);
+        pthread_mutex_unlock(&s->mu);
+        free(g);
+    }
+}
+
+static int flush_due(const loop_state *ls, int closing, uint64_t now)
+{
+    const dstl_storage *s = ls->s;
+    const batch *b = ls->open;
+    if (!b) return 0;
+    if (closing || b->bytes >= s->cv.persist_size_threshold_bytes) return 1;
+    if (s->cv.persist_delay_us == 0) return ls->inflight == 0;
+    return now >= b->opened_ns + s->cv.persist_delay_us * 1000;
+}
+
+static void *pipeline_main(void *arg)
+{
+    loop_state ls = {.s = arg};
+    dstl_storage *s = ls.s;
+    reserve_ahead(&ls);
+    for (;;) {
+        int timeout_ms = -1;
+        if (ls.open && s->cv.persist_delay_us > 0) {
+            uint64_t due = ls.open->opened_ns + s->cv.persist_delay_us * 1000, now = now_ns();
+            /* round up: waking early would only spin */
+            timeout_ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
+        }
+        struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
+        if (poll(pf, 2, timeout_ms) < 0 && errno != EINTR) break;
+        uint64_t v;
+        if (pf[0].revents & POLLIN) {
+            ssize_t n = read(s->wake_fd, &v, sizeof v);
+            (void)n;
+        }
+        segstore_poll(s->store);
+
+        pthread_mutex_lock(&s->mu);
+        int closing = s->closing;
+        if (s->q_head) {
+            if (!ls.open) {
+                ls.open = calloc(1, sizeof *ls.open);
+                if (ls.open) {
+                    ls.open->s = s;
+                    ls.open->tail = &ls.open->head;
+                    ls.open->opened_ns = now_ns();
+                }
+            }
+            /* Memory for the batch is one small struct; if even that fails the queue waits
+             * for the next round. */
+            while (ls.open && s->q_head) {
+                bsec *x = s->q_head;
+                s->q_head = x->next;
+                x->next = NULL;
+                *ls.open->tail = x;
+                ls.open->tail = &x->next;
+                ls.open->n++;
+                ls.open->bytes += x->r->rec_bytes;
+                s->q_len--;
+            }
+            if (!s->q_head) s->q_tail = &s->q_head;
+        }
+        int has_deletes = s->delete_head != NULL;
+        pthread_mutex_unlock(&s->mu);
+
+        if (has_deletes) run_deletes(s);
+        if (flush_due(&ls, closing, now_ns())) {
+            flush(&ls);
+            reserve_ahead(&ls);
+        }
+        if (closing && !ls.open && ls.inflight == 0) {
+            pthread_mutex_lock(&s->mu);
+            int idle = !s->q_head && !s->delete_head;
+            pthread_mutex_unlock(&s->mu);
+            if (idle) break;
+        }
+        /* inflight counts segments written and not yet called back */
+        struct segstore_stats st;
+        segstore_stats(s->store, &st);
+        ls.inflight = st.inflight;
+    }
+    return NULL;
+}
+
+int pipeline_start(dstl_storage *s)
+{
+    int rc = pthread_create(&s->thread, NULL, pipeline_main, s);
+    if (rc != 0) return err_fail(-rc, "storage: cannot start the pipeline thread: %s", strerror(rc));
+    s->thread_started = 1;
+    return 0;
+}
+
+void pipeline_stop(dstl_storage *s)
+{
+    if (!s->thread_started) return;
+    pthread_mutex_lock(&s->mu);
+    s->closing = 1;
+    pthread_cond_broadcast(&s->room_cv);
+    pthread_mutex_unlock(&s->mu);
+    pipeline_wake(s);
+    pthread_join(s->thread, NULL);
+    s->thread_started = 0;
+}

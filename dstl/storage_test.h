@@ -1,0 +1,20 @@
+/*
+ * dstl/storage_test.h — test seams of the storage (not part of the public API).
+ * Tests and the crash harness open a storage with a fault script on its local store.
+ */
+#ifndef DSTL_STORAGE_TEST_H
+#define DSTL_STORAGE_TEST_H
+
+#include "dstl.h"
+
+struct ioeng_fault;
+
+typedef struct {
+    struct ioeng_fault *fault;   /* wrap the local store's I/O engine in this fault script */
+} storage_test_opts;
+
+int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_storage **out);
+/* This storage run's id (the prefix of its segment names). */
+const char *storage_run_id(const dstl_storage *s);
+
+#endif

@@ -1,0 +1,468 @@
+/*
+ * dstl/writer.c — writers: append, persist, truncate, close.
+ *
+ * A writer is used by one thread at a time. Appends copy the record into the writer's own
+ * chunk (wire's pending-record format) with no lock and no syscall. A *hand-off* gives the
+ * records from the unsent position to next_seq to the pipeline as one `range`; it happens at
+ * persist, or ahead of it when the writer holds dstl.preemptive-persist-threshold bytes.
+ *
+ * Range states (under s->mu): INFLIGHT (in a batch) -> DURABLE (in a segment) or FAILED (its
+ * batch failed: the records stay in the chunks and the next persist over them sends them
+ * again). Chunks are freed once every record in them is durable or truncated.
+ *
+ * persist(from) builds a future from the ranges over [from, next_seq): durable ones become
+ * pieces at once (pinned, so no truncate can delete them: FLINK-28440), in-flight ones add a
+ * waiter to their section, failed ones and the unsent tail are sent. With nothing to wait
+ * for, the future is complete when persist returns, and no I/O happens.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstl/err.h"
+#include "dstl/internal.h"
+
+/* ---- chunks ---- */
+
+static chunk *chunk_new(size_t cap, uint64_t seq, uint64_t payload)
+{
+    chunk *c = malloc(sizeof *c + cap);
+    if (!c) return NULL;
+    c->next = NULL;
+    c->seq_first = seq;
+    c->nrec = 0;
+    c->payload_first = payload;
+    c->used = 0;
+    c->cap = cap;
+    return c;
+}
+
+/* Frees leading chunks whose records are all durable or truncated; writer thread, s->mu held. */
+static void chunks_release(dstl_writer *w)
+{
+    uint64_t floor = w->sent_seq;               /* unsent records stay */
+    for (range *r = w->ranges; r; r = r->next)
+        if (r->state != RANGE_DURABLE && r->seq_first < floor) {
+            floor = r->seq_first;
+            break;
+        }
+    while (w->head && w->head != w->tail && w->head != w->sent_chunk &&
+           w->head->seq_first + w->head->nrec <= floor) {
+        chunk *c = w->head;
+        w->head = c->next;
+        free(c);
+    }
+}
+
+static int chunk_grow(dstl_writer *w, size_t need)
+{
+    size_t cap = w->tail ? w->tail->cap * 2 : CHUNK_MIN;
+    if (cap > CHUNK_MAX) cap = CHUNK_MAX;
+    if (cap < need) cap = need;
+    chunk *c = chunk_new(cap, w->next_seq, w->payload_total);
+    if (!c) return err_fail(-ENOMEM, "writer %s: out of memory for a %zu-byte chunk", w->id, cap);
+    if (w->tail) w->tail->next = c;
+    else w->head = c;
+    w->tail = c;
+    if (!w->sent_chunk) {
+        w->sent_chunk = c;
+        w->sent_off = 0;
+    }
+    return 0;
+}
+
+/* ---- open / close ---- */
+
+int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_first,
+                     uint32_t key_group_last, dstl_writer **out)
+{
+    if (!s || !writer_id || !out) return err_fail(-EINVAL, "dstl_writer_open: NULL argument");
+    size_t idlen = strlen(writer_id);
+    if (idlen == 0 || idlen > 255)
+        return err_fail(-EINVAL, "dstl_writer_open: writer id must be 1 to 255 bytes, got %zu", idlen);
+    if (key_group_first > key_group_last)
+        return err_fail(-EINVAL, "dstl_writer_open %s: key group range %u-%u is empty", writer_id,
+                        key_group_first, key_group_last);
+    dstl_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->id = strdup(writer_id))) {
+        free(w);
+        return err_fail(-ENOMEM, "dstl_writer_open: out of memory");
+    }
+    w->s = s;
+    w->kg_first = key_group_first;
+    w->kg_last = key_group_last;
+    w->preempt_bytes = s->cv.preemptive_persist_threshold_bytes;
+
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->closing) rc = err_fail(DSTL_ECLOSED, "dstl_writer_open %s: storage is closing", writer_id);
+    for (dstl_writer *o = s->writers; o && rc == 0; o = o->next_open)
+        if (strcmp(o->id, writer_id) == 0)
+            rc = err_fail(-EBUSY, "dstl_writer_open: writer '%s' is already open in this storage", writer_id);
+    if (rc == 0) {
+        w->next_open = s->writers;
+        s->writers = w;
+        s->nwriters++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (rc < 0) {
+        free(w->id);
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+uint64_t dstl_writer_next_seq(const dstl_writer *cw)
+{
+    /* The answer is often the backend's next materialization point (a later persist's
+     * `from`): remember the payload total there so that persist knows its size exactly.
+     * The writer object is never const-defined (malloc'd), so this write is well-defined,
+     * and the writer belongs to the calling thread. */
+    dstl_writer *w = (dstl_writer *)cw;
+    unsigned i = w->mark_i++ % 8;
+    w->mark_seq[i] = w->next_seq;
+    w->mark_payload[i] = w->payload_total;
+    return w->next_seq;
+}
+
+int dstl_writer_close(dstl_writer *w)
+{
+    if (!w) return 0;
+    dstl_storage *s = w->s;
+    pthread_mutex_lock(&s->mu);
+    /* The pipeline reads this writer's chunks while a range is in flight: wait for them
+     * (bounded by the upload timeouts, like every future). */
+    while (w->inflight_ranges > 0) pthread_cond_wait(&s->range_cv, &s->mu);
+    for (range *r = w->ranges, *next; r; r = next) {
+        next = r->next;
+        if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+        range_free(r);
+    }
+    w->ranges = w->ranges_tail = NULL;
+    for (dstl_writer **p = &s->writers; *p; p = &(*p)->next_open)
+        if (*p == w) {
+            *p = w->next_open;
+            break;
+        }
+    s->nwriters--;
+    s->st_appends_closed += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
+    s->st_append_bytes_closed += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
+    pthread_mutex_unlock(&s->mu);
+    pipeline_wake(s);                        /* deletions, if any */
+    for (chunk *c = w->head, *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
+    free(w->id);
+    free(w);
+    return 0;
+}
+
+void range_free(range *r)
+{
+    if (!r) return;
+    free(r->spans);
+    free(r);
+}
+
+/* ---- hand-off ---- */
+
+/* Waits for room under dstl.upload.max-in-flight (s->mu held). One hand-off may exceed the
+ * bound when nothing is in flight, or it could never go. */
+static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t bytes)
+{
+    while (s->in_flight_bytes > 0 && s->in_flight_bytes + bytes > s->cv.max_in_flight_bytes) {
+        if (s->closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
+        if (s->cv.backpressure == CFG_BACKPRESSURE_FAIL)
+            return err_fail(-EAGAIN, "writer %s: %llu bytes in flight, %llu more would pass "
+                            "dstl.upload.max-in-flight (%llu)", w->id,
+                            (unsigned long long)s->in_flight_bytes, (unsigned long long)bytes,
+                            (unsigned long long)s->cv.max_in_flight_bytes);
+        pthread_cond_wait(&s->room_cv, &s->mu);
+    }
+    return s->closing ? err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id) : 0;
+}
+
+/* Turns the unsent records into a new in-flight range at the end of w->ranges (s->mu held;
+ * writer thread). */
+static int handoff_tail(dstl_writer *w, range **out)
+{
+    range *r = calloc(1, sizeof *r);
+    size_t nspans = 0;
+    for (chunk *c = w->sent_chunk; c; c = c->next) nspans++;
+    if (!r || !(r->spans = malloc(nspans * sizeof *r->spans))) {
+        free(r);
+        return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
+    }
+    for (chunk *c = w->sent_chunk; c; c = c->next) {
+        size_t off = c == w->sent_chunk ? w->sent_off : 0;
+        if (c->used > off) r->spans[r->nspans++] = (wire_span){c->data + off, c->used - off};
+    }
+    r->seq_first = w->sent_seq;
+    r->seq_end = w->next_seq;
+    r->payload_first = w->sent_payload;
+    r->payload_bytes = w->payload_total - w->sent_payload;
+    r->rec_bytes = w->unsent_bytes;
+    r->state = RANGE_FAILED;             /* pipeline_enqueue makes it in flight */
+    if (w->ranges_tail) w->ranges_tail->next = r;
+    else w->ranges = r;
+    w->ranges_tail = r;
+    w->sent_chunk = w->tail;
+    w->sent_off = w->tail->used;
+    w->sent_seq = w->next_seq;
+    w->sent_payload = w->payload_total;
+    w->unsent_bytes = 0;
+    *out = r;
+    return 0;
+}
+
+/* Sends failed ranges that end after `from`, then the unsent tail. s->mu held.
+ * Returns the number of ranges queued. */
+static int send_ranges(dstl_writer *w, uint64_t from)
+{
+    dstl_storage *s = w->s;
+    uint64_t bytes = w->unsent_bytes;
+    for (range *r = w->ranges; r; r = r->next)
+        if (r->state == RANGE_FAILED && r->seq_end > from) bytes += r->rec_bytes;
+    if (bytes == 0) return 0;
+    int rc = wait_room(s, w, bytes);
+    if (rc < 0) return rc;
+    if (s->store_err) return err_fail(-EIO, "writer %s: the local store failed earlier (fail-stop): %s",
+                                      w->id, "no further segments are written");
+    int queued = 0;
+    for (range *r = w->ranges; r; r = r->next)
+        if (r->state == RANGE_FAILED && r->seq_end > from) {
+            if ((rc = pipeline_enqueue(s, w, r)) < 0) return rc;
+            queued++;
+        }
+    if (w->sent_seq < w->next_seq) {
+        range *r = NULL;
+        if ((rc = handoff_tail(w, &r)) < 0) return rc;
+        if ((rc = pipeline_enqueue(s, w, r)) < 0) return rc;
+        queued++;
+    }
+    return queued;
+}
+
+/* Preemptive hand-off from append (writer thread). */
+static int preempt(dstl_writer *w)
+{
+    dstl_storage *s = w->s;
+    pthread_mutex_lock(&s->mu);
+    int rc = send_ranges(w, 0);
+    chunks_release(w);
+    pthread_mutex_unlock(&s->mu);
+    if (rc > 0) pipeline_wake(s);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- append ---- */
+
+static int append_slow(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len, size_t need)
+{
+    if (w->unsent_bytes >= w->preempt_bytes) {
+        int rc = preempt(w);
+        if (rc < 0) return rc;
+    }
+    if (!w->tail || w->tail->cap - w->tail->used < need) {
+        if (w->head && w->head != w->tail) {
+            dstl_storage *s = w->s;
+            pthread_mutex_lock(&s->mu);
+            chunks_release(w);
+            pthread_mutex_unlock(&s->mu);
+        }
+        int rc = chunk_grow(w, need);
+        if (rc < 0) return rc;
+    }
+    chunk *c = w->tail;
+    c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
+    c->nrec++;
+    w->next_seq++;
+    w->payload_total += len;
+    w->unsent_bytes += need;
+    atomic_store_explicit(&w->st_appends, atomic_load_explicit(&w->st_appends, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->st_append_bytes,
+                          atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed) + len,
+                          memory_order_relaxed);
+    return 0;
+}
+
+static inline int append_rec(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len)
+{
+    if (len > WIRE_REC_MAX_LEN)
+        return err_fail(-EINVAL, "writer %s: record of %zu bytes exceeds the %u-byte limit", w->id, len,
+                        WIRE_REC_MAX_LEN);
+    if (len && !data) return err_fail(-EINVAL, "writer %s: NULL data with length %zu", w->id, len);
+    size_t need = wire_rec_size(len);
+    chunk *c = w->tail;
+    if (__builtin_expect(!c || c->cap - c->used < need || w->unsent_bytes >= w->preempt_bytes, 0))
+        return append_slow(w, meta, kg, data, len, need);
+    /* The hot path: one header, one copy, counters; the writer thread owns all of it. */
+    c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
+    c->nrec++;
+    w->next_seq++;
+    w->payload_total += len;
+    w->unsent_bytes += need;
+    atomic_store_explicit(&w->st_appends, atomic_load_explicit(&w->st_appends, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->st_append_bytes,
+                          atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed) + len,
+                          memory_order_relaxed);
+    return 0;
+}
+
+int dstl_append(dstl_writer *w, uint32_t key_group, const void *data, size_t len)
+{
+    if (!w) return err_fail(-EINVAL, "dstl_append: writer is NULL");
+    if (key_group < w->kg_first || key_group > w->kg_last)
+        return err_fail(-EINVAL, "writer %s: key group %u outside its range %u-%u", w->id, key_group,
+                        w->kg_first, w->kg_last);
+    return append_rec(w, 0, key_group, data, len);
+}
+
+int dstl_append_meta(dstl_writer *w, const void *data, size_t len)
+{
+    if (!w) return err_fail(-EINVAL, "dstl_append_meta: writer is NULL");
+    return append_rec(w, 1, 0, data, len);
+}
+
+/* ---- persist ---- */
+
+/* Payload bytes before seq `at` inside range r, or UINT64_MAX when no longer known. */
+static uint64_t payload_at(const dstl_writer *w, const range *r, uint64_t at)
+{
+    if (at == r->seq_first) return r->payload_first;
+    if (at == r->seq_end) return r->payload_first + r->payload_bytes;
+    for (unsigned i = 0; i < 8; i++)
+        if (w->mark_seq[i] == at && (w->mark_i > i || w->mark_i >= 8)) return w->mark_payload[i];
+    if (r->state == RANGE_DURABLE) return UINT64_MAX;   /* its chunks may be gone */
+    /* Still buffered: walk the record headers from the range's first span. */
+    uint64_t seq = r->seq_first, payload = r->payload_first;
+    for (size_t i = 0; i < r->nspans; i++) {
+        const uint8_t *p = r->spans[i].p, *end = p + r->spans[i].len;
+        while (p < end) {
+            if (seq == at) return payload;
+            uint32_t lf;
+            memcpy(&lf, p, 4);
+            size_t len = lf & ~WIRE_REC_META;
+            payload += len;
+            p += wire_rec_size(len);
+            seq++;
+        }
+    }
+    return seq == at ? payload : UINT64_MAX;
+}
+
+int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl_future **out)
+{
+    if (!w || !out) return err_fail(-EINVAL, "dstl_persist: NULL argument");
+    dstl_storage *s = w->s;
+    if (from_seq > w->next_seq)
+        return err_fail(-EINVAL, "writer %s: persist from %llu is above next seq %llu", w->id,
+                        (unsigned long long)from_seq, (unsigned long long)w->next_seq);
+    pthread_mutex_lock(&s->mu);
+    if (from_seq < w->trunc_seq) {
+        pthread_mutex_unlock(&s->mu);
+        return err_fail(DSTL_ETRUNCATED, "writer %s: persist from %llu is below the truncation point %llu",
+                        w->id, (unsigned long long)from_seq, (unsigned long long)w->trunc_seq);
+    }
+    int rc = send_ranges(w, from_seq);
+    dstl_future *f = rc < 0 ? NULL : future_new(s, w, checkpoint_id, from_seq, w->next_seq);
+    if (rc >= 0 && !f) rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
+    if (rc < 0) {
+        s->st_persist_failures++;
+        pthread_mutex_unlock(&s->mu);
+        return rc;
+    }
+    uint64_t known = 1, size = 0;
+    for (range *r = w->ranges; r; r = r->next) {
+        if (r->seq_end <= from_seq) continue;
+        uint64_t lo = r->seq_first > from_seq ? r->seq_first : from_seq;
+        uint64_t p0 = payload_at(w, r, lo);
+        if (p0 == UINT64_MAX) known = 0;
+        else size += r->payload_first + r->payload_bytes - p0;
+        if (r->state == RANGE_DURABLE) {
+            if ((rc = future_add_piece(f, r, lo, r->seq_end)) < 0) break;
+        } else {                                  /* in flight (failed ones were just sent) */
+            fwait *fw = malloc(sizeof *fw);
+            if (!fw) {
+                rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
+                break;
+            }
+            *fw = (fwait){r->sec->waiters, f, lo, r->seq_end};
+            r->sec->waiters = fw;
+            f->outstanding++;
+            f->refs++;                            /* the waiter's reference */
+        }
+    }
+    f->size = known ? size : UINT64_MAX;
+    s->st_persists++;
+    if (rc < 0) f->failed = rc;
+    future_complete_if_ready(f);
+    chunks_release(w);
+    pthread_mutex_unlock(&s->mu);
+    pipeline_wake(s);
+    *out = f;
+    return 0;
+}
+
+/* ---- truncate ---- */
+
+/* Skips unsent records below `to`: they will never be needed. Writer thread, s->mu held. */
+static void skip_unsent(dstl_writer *w, uint64_t to)
+{
+    while (w->sent_seq < to && w->sent_seq < w->next_seq) {
+        chunk *c = w->sent_chunk;
+        if (w->sent_off >= c->used) {
+            w->sent_chunk = c->next;
+            w->sent_off = 0;
+            continue;
+        }
+        uint32_t lf;
+        memcpy(&lf, c->data + w->sent_off, 4);
+        size_t len = lf & ~WIRE_REC_META, sz = wire_rec_size(len);
+        w->sent_off += sz;
+        w->sent_seq++;
+        w->sent_payload += len;
+        w->unsent_bytes -= sz;
+    }
+}
+
+int dstl_truncate(dstl_writer *w, uint64_t to_seq)
+{
+    if (!w) return err_fail(-EINVAL, "dstl_truncate: writer is NULL");
+    if (to_seq > w->next_seq)
+        return err_fail(-EINVAL, "writer %s: truncate to %llu is above next seq %llu", w->id,
+                        (unsigned long long)to_seq, (unsigned long long)w->next_seq);
+    dstl_storage *s = w->s;
+    pthread_mutex_lock(&s->mu);
+    if (to_seq > w->trunc_seq) {
+        w->trunc_seq = to_seq;
+        /* Ranges wholly below the point go: durable ones release their section (the segment
+         * is deleted once no section and no live handle holds it), failed ones are never
+         * retried, in-flight ones are marked and dropped by the pipeline when their batch
+         * ends (it still reads their chunks). */
+        range **pp = &w->ranges, *prev = NULL;
+        while (*pp && (*pp)->seq_first < to_seq) {
+            range *r = *pp;
+            if (r->seq_end > to_seq || r->state == RANGE_INFLIGHT) {
+                if (r->seq_end <= to_seq) r->truncated = 1;
+                prev = r;
+                pp = &r->next;
+                continue;
+            }
+            *pp = r->next;
+            if (w->ranges_tail == r) w->ranges_tail = prev;
+            if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+            range_free(r);
+        }
+        if (w->sent_seq < to_seq) skip_unsent(w, to_seq);
+        chunks_release(w);
+    }
+    pthread_mutex_unlock(&s->mu);
+    pipeline_wake(s);
+    return 0;
+}

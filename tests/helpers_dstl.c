@@ -1,0 +1,147 @@
+/*
+ * tests/helpers_dstl.c — see helpers_dstl.h.
+ */
+#include "tests/helpers_dstl.h"
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static dstl_config *config_va(const char *dir, va_list ap)
+{
+    dstl_config *c = NULL;
+    cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0);
+    cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0);
+    const char *k;
+    while ((k = va_arg(ap, const char *))) {
+        const char *v = va_arg(ap, const char *);
+        cr_assert_eq(dstl_config_set(c, k, v), 0, "%s", dstl_last_error());
+    }
+    return c;
+}
+
+dstl_config *t_config(const char *dir, ...)
+{
+    va_list ap;
+    va_start(ap, dir);
+    dstl_config *c = config_va(dir, ap);
+    va_end(ap);
+    return c;
+}
+
+dstl_storage *t_storage_open(const char *dir, ...)
+{
+    va_list ap;
+    va_start(ap, dir);
+    dstl_config *c = config_va(dir, ap);
+    va_end(ap);
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "open: %s", dstl_last_error());
+    dstl_config_free(c);
+    return s;
+}
+
+size_t t_payload(uint32_t wid, uint64_t seq, uint8_t *buf, size_t cap, size_t max_len)
+{
+    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 32);
+    x ^= x >> 29;
+    size_t len = max_len ? (size_t)(x % (max_len + 1)) : 0;
+    if (len > cap) len = cap;
+    for (size_t i = 0; i < len; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (uint8_t)(x >> 56);
+    }
+    return len;
+}
+
+uint64_t t_append_n(dstl_writer *w, uint32_t wid, uint64_t n, uint32_t kg_first, uint32_t nkg, size_t max_len)
+{
+    uint8_t *buf = malloc(max_len + 1);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t seq = dstl_writer_next_seq(w);
+        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        cr_assert_eq(dstl_append(w, kg_first + (uint32_t)(seq % nkg), buf, len), 0, "%s", dstl_last_error());
+    }
+    free(buf);
+    return dstl_writer_next_seq(w);
+}
+
+dstl_handle *t_persist(dstl_writer *w, uint64_t from, uint64_t cp)
+{
+    dstl_future *f = NULL;
+    cr_assert_eq(dstl_persist(w, from, cp, &f), 0, "persist: %s", dstl_last_error());
+    cr_assert_eq(dstl_future_wait(f, 30000), 0, "persist wait: %s", dstl_last_error());
+    dstl_handle *h = NULL;
+    cr_assert_eq(dstl_future_result(f, &h), 0, "persist result: %s", dstl_last_error());
+    dstl_future_free(f);
+    return h;
+}
+
+long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_first, uint32_t nkg,
+              uint32_t kgf, uint32_t kgl, size_t max_len)
+{
+    dstl_reader *r = NULL;
+    int rc = dstl_reader_open(s, h, kgf, kgl, &r);
+    if (rc < 0) return rc;
+    uint8_t *want = malloc(max_len + 1);
+    uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
+    long n = 0;
+    dstl_record rec;
+    for (;;) {
+        while (seq < to) {
+            uint32_t kg = kg_first + (uint32_t)(seq % nkg);
+            if (kg >= kgf && kg <= kgl) break;
+            seq++;
+        }
+        rc = dstl_reader_next(r, &rec);
+        if (rc <= 0) break;
+        cr_expect_eq(rec.seq, seq, "record seq %lu, expected %lu", (unsigned long)rec.seq, (unsigned long)seq);
+        if (rec.seq != seq) {
+            rc = -1;
+            break;
+        }
+        cr_expect_eq(rec.key_group, kg_first + (uint32_t)(seq % nkg));
+        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        cr_expect_eq(rec.len, len, "seq %lu: len %zu, expected %zu", (unsigned long)seq, rec.len, len);
+        if (rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
+            cr_expect_fail("seq %lu: payload differs", (unsigned long)seq);
+            rc = -1;
+            break;
+        }
+        seq++;
+        n++;
+    }
+    if (rc == 0) {
+        while (seq < to) {
+            uint32_t kg = kg_first + (uint32_t)(seq % nkg);
+            cr_expect(!(kg >= kgf && kg <= kgl), "record seq %lu missing", (unsigned long)seq);
+            seq++;
+        }
+    }
+    free(want);
+    dstl_reader_close(r);
+    return rc < 0 ? rc : n;
+}
+
+size_t t_count_segments(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 4, ".seg") != 0) continue;
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (stat(p, &st) == 0 && st.st_size > 0) n++;
+    }
+    closedir(d);
+    return n;
+}
