@@ -87,7 +87,7 @@ static int piece_cmp(const void *a, const void *b)
 static int build_handle(dstl_future *f, wire_handle **out)
 {
     dstl_storage *s = f->s;
-    qsort(f->pieces, f->npieces, sizeof *f->pieces, piece_cmp);
+    if (f->npieces > 1) qsort(f->pieces, f->npieces, sizeof *f->pieces, piece_cmp);
     wire_handle *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
     h->storage_id = strdup(s->run_id);

@@ -30,13 +30,15 @@ typedef struct {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+/* 0: not this run's; 1: a segment this run still knows; 2: a name reserved ahead (an empty
+ * file, not a segment yet). */
 static int in_use(dstl_storage *s, const char *name)
 {
     char run[32];
     uint64_t no;
     if (segment_name_parse(name, run, sizeof run, &no) < 0 || strcmp(run, s->run_id) != 0) return 0;
     pthread_mutex_lock(&s->mu);
-    int used = no >= s->next_seg_no || u64map_get(&s->segs, no) != NULL;
+    int used = no >= s->next_seg_no ? 2 : u64map_get(&s->segs, no) != NULL;
     pthread_mutex_unlock(&s->mu);
     return used;
 }
@@ -44,8 +46,10 @@ static int in_use(dstl_storage *s, const char *name)
 static int visit(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
 {
     gc_ctx *g = arg;
+    int use = in_use(g->s, name);
+    if (use == 2) return 0;
     g->rep.scanned++;
-    if (bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str) || in_use(g->s, name)) {
+    if (use || bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str)) {
         g->rep.kept_live++;
         return 0;
     }

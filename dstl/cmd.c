@@ -1,0 +1,191 @@
+/*
+ * dstl/cmd.c — the `dstl` command: global options and dispatch, shared helpers.
+ *
+ *   dstl [--config FILE] [--set key=value]... COMMAND [ARGS]
+ *   commands: demo, cat, ls, verify, gc, config, version
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dstl/cmd.h"
+#include "dstl/config.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dstl [--config FILE] [--set key=value]... COMMAND [ARGS]\n"
+            "\n"
+            "  demo [--writers N] [--duration S] [--rate R]   run the embedded-default workload and verify recovery\n"
+            "  cat HANDLE_FILE [--dir DIR] [--key-groups A-B] print a handle's records as JSON lines\n"
+            "  ls DIR                                          list segments: writers, seq ranges, sizes, age\n"
+            "  verify DIR                                      check every segment's checksums\n"
+            "  gc DIR --live HANDLE_FILE... [--min-age D] [--dry-run]\n"
+            "                                                  delete segments no live handle references\n"
+            "  config                                          print every key with its value (secrets hidden)\n"
+            "  version\n"
+            "\n"
+            "Configuration: defaults < --config file < DSTL_* environment < --set.\n");
+}
+
+dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
+{
+    dstl_config *c = NULL;
+    if (dstl_config_new(&c) < 0) {
+        fprintf(stderr, "dstl: %s\n", dstl_last_error());
+        return NULL;
+    }
+    int rc = 0;
+    if (g->config_file) rc = dstl_config_load(c, g->config_file);
+    for (int i = 0; rc == 0 && i < g->nsets; i++) {
+        char kv[1024];
+        snprintf(kv, sizeof kv, "%s", g->sets[i]);
+        char *eq = strchr(kv, '=');
+        if (!eq) {
+            fprintf(stderr, "dstl: --set %s: expected key=value\n", g->sets[i]);
+            dstl_config_free(c);
+            return NULL;
+        }
+        *eq = '\0';
+        rc = dstl_config_set(c, kv, eq + 1);
+    }
+    if (rc == 0 && local_dir) rc = dstl_config_set(c, "dstl.local.dir", local_dir);
+    if (rc < 0) {
+        fprintf(stderr, "dstl: %s\n", dstl_last_error());
+        dstl_config_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+dstl_handle *cmd_read_handle(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dstl: handle file %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    /* Handles are small (a few KiB); 64 MiB bounds what a wrong file can make us read. */
+    size_t cap = 1 << 16, len = 0;
+    unsigned char *buf = malloc(cap);
+    while (buf) {
+        size_t n = fread(buf + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) break;
+        if (len == cap) {
+            if (cap >= (64u << 20)) {
+                fprintf(stderr, "dstl: handle file %s: larger than 64 MiB\n", path);
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            unsigned char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf = nb;
+                cap *= 2;
+            }
+        }
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    dstl_handle *h = NULL;
+    if (dstl_handle_parse(buf, len, &h) < 0) fprintf(stderr, "dstl: handle file %s: %s\n", path, dstl_last_error());
+    free(buf);
+    return h;
+}
+
+int cmd_write_handle(const char *path, const dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    int rc = dstl_handle_serialize(h, &buf, &len);
+    if (rc < 0) return rc;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        free(buf);
+        return rc;
+    }
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = write(fd, (char *)buf + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            rc = -errno;
+            break;
+        }
+        off += (size_t)n;
+    }
+    free(buf);
+    /* DURABILITY: the handle file is durable after fsync; rename makes it appear whole. */
+    if (rc == 0 && fsync(fd) < 0) rc = -errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
+    if (rc < 0) unlink(tmp);
+    return rc;
+}
+
+static int cmd_show_config(const cmd_globals *g)
+{
+    dstl_config *c = cmd_config(g, NULL);
+    if (!c) return 1;
+    for (size_t i = 0; i < config_nkeys(); i++) {
+        const config_key_info *k = config_key(i);
+        const char *v = dstl_config_get(c, k->key);
+        printf("%s: %s\n", k->key, k->secret && v && *v ? "<set, hidden>" : v);
+    }
+    dstl_config_free(c);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    cmd_globals g = {0};
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            g.config_file = argv[++i];
+        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+            if (g.nsets == (int)(sizeof g.sets / sizeof g.sets[0])) {
+                fprintf(stderr, "dstl: too many --set options\n");
+                return 2;
+            }
+            g.sets[g.nsets++] = argv[++i];
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "dstl: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[i];
+    int sub_argc = argc - i;
+    char **sub_argv = argv + i;
+    if (!strcmp(cmd, "demo")) return cmd_demo(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "cat")) return cmd_cat(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "ls")) return cmd_ls(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "verify")) return cmd_verify(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "gc")) return cmd_gc(&g, sub_argc, sub_argv);
+    if (!strcmp(cmd, "config")) return cmd_show_config(&g);
+    if (!strcmp(cmd, "version")) {
+        printf("dstl %s\n", dstl_version());
+        return 0;
+    }
+    fprintf(stderr, "dstl: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,364 @@
+/*
+ * dstl/cmd_demo.c — `dstl demo`: the product's main job on the embedded default.
+ *
+ * N writer threads (one per simulated operator) append a keyed-state workload in the
+ * canonical state-change encoding — value updates, list appends, map puts; Zipf-popular keys;
+ * values of 16 B to 4 KiB — checkpoint every second (persist from the materialization point;
+ * the new handle subsumes the previous one, which is discarded), and materialize every 10 s
+ * (truncate at the materialization point). The main thread prints one line per second. At the
+ * end every writer persists once more, the storage closes, a fresh storage recovers every
+ * writer from its last handle and checks it record for record, and gc keeps only what those
+ * handles need. Exit status 0 only when all of that holds.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dstl/cmd.h"
+#include "wire/wire.h"
+
+#define NKEYS 20000          /* distinct keys per writer */
+#define ZIPF_S 1.1           /* skew: the top 1 % of keys take about half the updates */
+#define NKG 128              /* key groups per writer */
+
+static double zipf_cdf[NKEYS];
+static pthread_once_t zipf_once = PTHREAD_ONCE_INIT;
+
+static void zipf_init(void)
+{
+    double sum = 0;
+    for (int i = 0; i < NKEYS; i++) sum += 1.0 / pow(i + 1, ZIPF_S);
+    double acc = 0;
+    for (int i = 0; i < NKEYS; i++) {
+        acc += 1.0 / pow(i + 1, ZIPF_S) / sum;
+        zipf_cdf[i] = acc;
+    }
+    zipf_cdf[NKEYS - 1] = 1.0;
+}
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static const char meta_payload[] = "{\"states\":[{\"id\":1,\"name\":\"counts\",\"kind\":\"value\"},"
+                                   "{\"id\":2,\"name\":\"events\",\"kind\":\"list\"},"
+                                   "{\"id\":3,\"name\":\"sessions\",\"kind\":\"map\"}]}";
+
+static size_t meta_record(uint8_t *buf)
+{
+    wire_state_change sc = {.op = WIRE_SC_METADATA, .state_name = "metadata", .state_name_len = 8,
+                            .value = meta_payload, .value_len = sizeof meta_payload - 1};
+    int n = wire_sc_encode(&sc, buf, CMD_RECORD_MAX);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+size_t cmd_workload_record(uint32_t wid, uint64_t seq, uint32_t nkg, uint8_t *buf, uint32_t *key_group)
+{
+    pthread_once(&zipf_once, zipf_init);
+    uint64_t r = mix(((uint64_t)wid << 40) ^ seq ^ 0x5eed);
+    double u = (double)(r >> 11) / 9007199254740992.0;
+    int lo = 0, hi = NKEYS - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (zipf_cdf[mid] < u) lo = mid + 1;
+        else hi = mid;
+    }
+    uint32_t key = (uint32_t)lo;
+    *key_group = (uint32_t)(mix(key) % nkg);
+    r = mix(r);
+    char k[24], ns[24], uk[24];
+    int kl = snprintf(k, sizeof k, "user-%u", key);
+    int nl = snprintf(ns, sizeof ns, "window-%" PRIu64, seq / 10000);
+    /* values: mostly small, a tail up to 4 KiB */
+    size_t vlen = (r & 15) == 0 ? 256 + (size_t)((r >> 8) % (4096 - 256 + 1)) : 16 + (size_t)((r >> 8) % 240);
+    uint8_t val[4096];
+    uint64_t v = r;
+    for (size_t i = 0; i < vlen; i++) {
+        if ((i & 7) == 0) v = mix(v + i);
+        val[i] = (uint8_t)(v >> ((i & 7) * 8));
+    }
+    wire_state_change sc = {.key = k, .key_len = (size_t)kl, .ns = ns, .ns_len = (size_t)nl,
+                            .value = val, .value_len = vlen};
+    unsigned kind = (unsigned)((r >> 40) % 100);
+    if (kind < 60) {
+        sc.op = WIRE_SC_PUT;
+        sc.state_id = 1;
+        sc.state_name = "counts";
+    } else if (kind < 85) {
+        sc.op = WIRE_SC_ADD;
+        sc.state_id = 2;
+        sc.state_name = "events";
+    } else {
+        sc.op = WIRE_SC_PUT;
+        sc.state_id = 3;
+        sc.state_name = "sessions";
+        sc.user_key = uk;
+        sc.user_key_len = (size_t)snprintf(uk, sizeof uk, "session-%u", (unsigned)((r >> 48) % 64));
+    }
+    sc.state_name_len = strlen(sc.state_name);
+    int n = wire_sc_encode(&sc, buf, CMD_RECORD_MAX);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    dstl_storage *s;
+    uint32_t wid;
+    double duration_s, rate;
+    int ok;
+    char err[512];
+    uint64_t mat;                /* materialization point of the last handle */
+    void *last;                  /* serialized last handle */
+    size_t last_len;
+} writer_job;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int job_fail(writer_job *j, const char *what)
+{
+    snprintf(j->err, sizeof j->err, "writer %u: %s: %s", j->wid, what, dstl_last_error());
+    j->ok = 0;
+    return -1;
+}
+
+/* Waits for a checkpoint's persist; the new handle subsumes (discards) the previous one. */
+static int complete_checkpoint(writer_job *j, dstl_future *f, dstl_handle **prev)
+{
+    if (dstl_future_wait(f, -1) < 0) return job_fail(j, "wait");
+    dstl_handle *h = NULL;
+    int rc = dstl_future_result(f, &h);
+    dstl_future_free(f);
+    if (rc < 0) return job_fail(j, "persist");
+    if (*prev) {
+        dstl_handle_discard(j->s, *prev);
+        dstl_handle_free(*prev);
+    }
+    *prev = h;
+    return 0;
+}
+
+static void *writer_main(void *arg)
+{
+    writer_job *j = arg;
+    char id[32];
+    snprintf(id, sizeof id, "operator-%02u", j->wid);
+    dstl_writer *w = NULL;
+    if (dstl_writer_open(j->s, id, 0, NKG - 1, &w) < 0) {
+        job_fail(j, "open");
+        return NULL;
+    }
+    uint8_t *buf = malloc(CMD_RECORD_MAX);
+    dstl_handle *prev = NULL;
+    dstl_future *pending = NULL;
+    uint64_t cp = 1;
+    double t0 = now_s(), next_cp = t0 + 1, next_mat = t0 + 10, end = t0 + j->duration_s;
+    uint64_t appended = 0;
+    if (dstl_append_meta(w, buf, meta_record(buf)) < 0) job_fail(j, "append meta");
+    while (j->ok && now_s() < end) {
+        /* append at the target rate, in bursts of 100 */
+        for (int i = 0; i < 100 && j->ok; i++) {
+            uint32_t kg;
+            size_t len = cmd_workload_record(j->wid, dstl_writer_next_seq(w), NKG, buf, &kg);
+            if (dstl_append(w, kg, buf, len) < 0) job_fail(j, "append");
+            appended++;
+        }
+        double t = now_s();
+        if (t >= next_cp && j->ok) {
+            if (pending && complete_checkpoint(j, pending, &prev) < 0) pending = NULL;
+            pending = NULL;
+            if (j->ok && dstl_persist(w, j->mat, cp++, &pending) < 0) job_fail(j, "persist");
+            next_cp += 1;
+        }
+        if (t >= next_mat && j->ok) {
+            /* Materialization: the state up to here is in a snapshot now. */
+            uint64_t m = dstl_writer_next_seq(w);
+            if (pending && complete_checkpoint(j, pending, &prev) < 0) pending = NULL;
+            pending = NULL;
+            if (j->ok && dstl_truncate(w, m) < 0) job_fail(j, "truncate");
+            j->mat = m;
+            if (j->ok && dstl_append_meta(w, buf, meta_record(buf)) < 0) job_fail(j, "append meta");
+            next_mat += 10;
+        }
+        double ahead = (double)appended / j->rate - (now_s() - t0);
+        if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
+    }
+    if (pending && j->ok) complete_checkpoint(j, pending, &prev);
+    /* the final checkpoint: what recovery must give back */
+    if (j->ok && dstl_persist(w, j->mat, cp++, &pending) == 0) complete_checkpoint(j, pending, &prev);
+    else if (j->ok) job_fail(j, "final persist");
+    if (j->ok && dstl_handle_serialize(prev, &j->last, &j->last_len) < 0) job_fail(j, "serialize");
+    dstl_handle_free(prev);
+    if (dstl_writer_close(w) < 0) job_fail(j, "close");
+    free(buf);
+    return NULL;
+}
+
+/* Reads writer j's last handle through storage s and checks every record. */
+static int recover_and_check(dstl_storage *s, writer_job *j, uint64_t *records, dstl_handle **keep)
+{
+    dstl_handle *h = NULL;
+    if (dstl_handle_parse(j->last, j->last_len, &h) < 0) return job_fail(j, "parse handle");
+    dstl_reader *r = NULL;
+    if (dstl_reader_open(s, h, 0, NKG - 1, &r) < 0) {
+        dstl_handle_free(h);
+        return job_fail(j, "open reader");
+    }
+    uint8_t *want = malloc(CMD_RECORD_MAX);
+    uint64_t seq = dstl_handle_from_seq(h), n = 0;
+    dstl_record rec;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {
+        size_t len;
+        uint32_t kg = 0;
+        if (rec.seq != seq) {
+            snprintf(j->err, sizeof j->err, "writer %u: record seq %" PRIu64 " where %" PRIu64 " was expected", j->wid,
+                     rec.seq, seq);
+            j->ok = 0;
+            break;
+        }
+        if (rec.is_meta) len = meta_record(want);
+        else len = cmd_workload_record(j->wid, seq, NKG, want, &kg);
+        if (rec.len != len || memcmp(rec.data, want, len) != 0 || (!rec.is_meta && rec.key_group != kg)) {
+            snprintf(j->err, sizeof j->err, "writer %u: record %" PRIu64 " differs from what was appended", j->wid, seq);
+            j->ok = 0;
+            break;
+        }
+        seq++;
+        n++;
+    }
+    if (rc < 0) job_fail(j, "read");
+    else if (j->ok && seq != dstl_handle_to_seq(h)) {
+        snprintf(j->err, sizeof j->err, "writer %u: records end at %" PRIu64 ", the handle says %" PRIu64, j->wid, seq,
+                 dstl_handle_to_seq(h));
+        j->ok = 0;
+    }
+    free(want);
+    dstl_reader_close(r);
+    *records += n;
+    *keep = h;
+    return j->ok ? 0 : -1;
+}
+
+int cmd_demo(const cmd_globals *g, int argc, char **argv)
+{
+    int nwriters = 16;
+    double duration = 15, rate = 4000;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--writers") && i + 1 < argc) nwriters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atof(argv[++i]);
+        else {
+            fprintf(stderr, "dstl demo: unknown argument %s\n"
+                            "usage: dstl demo [--writers N] [--duration S] [--rate RECORDS_PER_S_PER_WRITER]\n", argv[i]);
+            return 2;
+        }
+    }
+    if (nwriters < 1 || nwriters > 4096 || duration <= 0 || duration > 86400 || rate <= 0) {
+        fprintf(stderr, "dstl demo: --writers 1..4096, --duration 0..86400 s and --rate > 0\n");
+        return 2;
+    }
+    dstl_config *c = cmd_config(g, NULL);
+    if (!c) return 1;
+    dstl_storage *s = NULL;
+    if (dstl_storage_open(c, &s) < 0) {
+        fprintf(stderr, "dstl demo: %s\n", dstl_last_error());
+        dstl_config_free(c);
+        return 1;
+    }
+    printf("dstl demo: %d writers, %.0f s, %.0f records/s each, local dir %s, durability %s, persist-delay %s\n",
+           nwriters, duration, rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
+           dstl_config_get(c, "dstl.batch.persist-delay"));
+    writer_job *jobs = calloc((size_t)nwriters, sizeof *jobs);
+    pthread_t *th = calloc((size_t)nwriters, sizeof *th);
+    for (int i = 0; i < nwriters; i++) {
+        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = duration, .rate = rate, .ok = 1};
+        pthread_create(&th[i], NULL, writer_main, &jobs[i]);
+    }
+    printf("%4s %10s %8s %9s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "segments/s",
+           "p50_us", "p99_us", "in_flight_B", "live_segs");
+    dstl_stats prev = {0}, st;
+    double t0 = now_s();
+    for (int sec = 1; now_s() - t0 < duration + 0.5; sec++) {
+        double wake = t0 + sec;
+        double d = wake - now_s();
+        if (d > 0) usleep((useconds_t)(d * 1e6));
+        dstl_storage_stats(s, &st);
+        printf("%4d %10" PRIu64 " %8.1f %9" PRIu64 " %9" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %9" PRIu64 "\n",
+               sec, st.appends - prev.appends, (double)(st.append_bytes - prev.append_bytes) / 1e6,
+               st.persists - prev.persists, st.segments_written - prev.segments_written, st.persist_p50_us,
+               st.persist_p99_us, st.in_flight_bytes, st.segments_written - st.segments_deleted);
+        fflush(stdout);
+        prev = st;
+    }
+    int ok = 1;
+    for (int i = 0; i < nwriters; i++) {
+        pthread_join(th[i], NULL);
+        if (!jobs[i].ok) {
+            fprintf(stderr, "dstl demo: %s\n", jobs[i].err);
+            ok = 0;
+        }
+    }
+    dstl_storage_stats(s, &st);
+    printf("total: %" PRIu64 " records, %.1f MB, %" PRIu64 " persists (%" PRIu64 " failed), %" PRIu64
+           " segments, %" PRIu64 " deleted, persist p50 %" PRIu64 " us p99 %" PRIu64 " us max %" PRIu64 " us\n",
+           st.appends, (double)st.append_bytes / 1e6, st.persists, st.persist_failures, st.segments_written,
+           st.segments_deleted, st.persist_p50_us, st.persist_p99_us, st.persist_max_us);
+    if (dstl_storage_close(s) < 0) {
+        fprintf(stderr, "dstl demo: close: %s\n", dstl_last_error());
+        ok = 0;
+    }
+
+    /* Recovery through a fresh storage, as after a restart. */
+    uint64_t records = 0;
+    dstl_handle **keep = calloc((size_t)nwriters, sizeof *keep);
+    size_t nkeep = 0;
+    if (ok && dstl_storage_open(c, &s) == 0) {
+        for (int i = 0; i < nwriters; i++) {
+            dstl_handle *h = NULL;
+            if (recover_and_check(s, &jobs[i], &records, &h) < 0) {
+                fprintf(stderr, "dstl demo: recovery: %s\n", jobs[i].err);
+                ok = 0;
+            }
+            if (h) keep[nkeep++] = h;
+        }
+        dstl_gc_report rep;
+        if (ok && dstl_gc(s, (const dstl_handle *const *)keep, nkeep, 0, 0, &rep) == 0)
+            printf("gc: %" PRIu64 " segments scanned, %" PRIu64 " kept for the last handles, %" PRIu64 " deleted\n",
+                   rep.scanned, rep.kept_live, rep.deleted);
+        else if (ok) {
+            fprintf(stderr, "dstl demo: gc: %s\n", dstl_last_error());
+            ok = 0;
+        }
+        dstl_storage_close(s);
+    } else if (ok) {
+        fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
+        ok = 0;
+    }
+    for (size_t i = 0; i < nkeep; i++) dstl_handle_free(keep[i]);
+    free(keep);
+    printf("recovery: %d writers, %" PRIu64 " records read back and checked: %s\n", nwriters, records,
+           ok ? "OK" : "FAILED");
+    for (int i = 0; i < nwriters; i++) free(jobs[i].last);
+    free(jobs);
+    free(th);
+    dstl_config_free(c);
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,303 @@
+/*
+ * dstl/cmd_tools.c — `dstl cat`, `ls`, `verify`, `gc`: looking at and cleaning a local dir.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dstl/cmd.h"
+#include "dstl/config.h"
+#include "dstl/segstore.h"
+#include "wire/wire.h"
+
+/* ---- JSON output ---- */
+
+static void json_bytes(const char *name, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    int text = 1;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] < 0x20 || b[i] >= 0x7f) text = 0;
+    if (text) {
+        printf("\"%s\":\"", name);
+        for (size_t i = 0; i < n; i++) {
+            if (b[i] == '"' || b[i] == '\\') putchar('\\');
+            putchar(b[i]);
+        }
+        putchar('"');
+    } else {
+        printf("\"%s_hex\":\"", name);
+        for (size_t i = 0; i < n; i++) printf("%02x", b[i]);
+        putchar('"');
+    }
+}
+
+static const char *op_name(int op)
+{
+    static const char *const names[] = {"?", "PUT", "DELETE", "MERGE", "ADD", "CLEAR", "METADATA"};
+    return op >= 1 && op <= 6 ? names[op] : "?";
+}
+
+static void print_record(const dstl_record *r)
+{
+    printf("{\"seq\":%" PRIu64 ",", r->seq);
+    if (r->is_meta) printf("\"meta\":true,");
+    else printf("\"key_group\":%u,", r->key_group);
+    wire_state_change sc;
+    if (wire_sc_decode(r->data, r->len, &sc, NULL) == 0) {
+        printf("\"op\":\"%s\",\"state_id\":%u,", op_name(sc.op), sc.state_id);
+        if (sc.state_name) {
+            json_bytes("state", sc.state_name, sc.state_name_len);
+            putchar(',');
+        }
+        json_bytes("key", sc.key, sc.key_len);
+        putchar(',');
+        json_bytes("namespace", sc.ns, sc.ns_len);
+        if (sc.user_key_len) {
+            putchar(',');
+            json_bytes("user_key", sc.user_key, sc.user_key_len);
+        }
+        putchar(',');
+        json_bytes("value", sc.value, sc.value_len);
+    } else {
+        /* not a canonical state change: the raw bytes */
+        json_bytes("bytes", r->data, r->len);
+    }
+    printf("}\n");
+}
+
+static int parse_range(const char *s, uint32_t *a, uint32_t *b)
+{
+    char *end;
+    unsigned long x = strtoul(s, &end, 10);
+    if (end == s || *end != '-') return -1;
+    const char *t = end + 1;
+    unsigned long y = strtoul(t, &end, 10);
+    if (end == t || *end || x > y || y > UINT32_MAX) return -1;
+    *a = (uint32_t)x;
+    *b = (uint32_t)y;
+    return 0;
+}
+
+int cmd_cat(const cmd_globals *g, int argc, char **argv)
+{
+    const char *file = NULL, *dir = NULL;
+    uint32_t kgf = 0, kgl = UINT32_MAX;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--key-groups") && i + 1 < argc) {
+            if (parse_range(argv[++i], &kgf, &kgl) < 0) {
+                fprintf(stderr, "dstl cat: --key-groups %s: expected A-B with A <= B\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!file && argv[i][0] != '-') {
+            file = argv[i];
+        } else {
+            fprintf(stderr, "usage: dstl cat HANDLE_FILE [--dir LOCAL_DIR] [--key-groups A-B]\n");
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "usage: dstl cat HANDLE_FILE [--dir LOCAL_DIR] [--key-groups A-B]\n");
+        return 2;
+    }
+    dstl_handle *h = cmd_read_handle(file);
+    if (!h) return 1;
+    dstl_config *c = cmd_config(g, dir);
+    dstl_storage *s = NULL;
+    if (!c || dstl_storage_open(c, &s) < 0) {
+        if (c) fprintf(stderr, "dstl cat: %s\n", dstl_last_error());
+        dstl_handle_free(h);
+        dstl_config_free(c);
+        return 1;
+    }
+    dstl_reader *r = NULL;
+    int rc = dstl_reader_open(s, h, kgf, kgl, &r);
+    dstl_record rec;
+    while (rc == 0 && (rc = dstl_reader_next(r, &rec)) == 1) {
+        print_record(&rec);
+        rc = 0;
+    }
+    if (rc < 0) fprintf(stderr, "dstl cat %s: %s\n", file, dstl_last_error());
+    dstl_reader_close(r);
+    dstl_handle_free(h);
+    dstl_storage_close(s);
+    dstl_config_free(c);
+    return rc < 0 ? 1 : 0;
+}
+
+/* ---- ls / verify ---- */
+
+typedef struct {
+    const char *dir;
+    int verify;
+    int64_t now_ms;
+    uint64_t files, bad, empty, records, bytes;
+} scan_ctx;
+
+static void *read_whole(const char *dir, const char *name, uint64_t size)
+{
+    void *buf = malloc(size ? size : 1);
+    if (!buf) return NULL;
+    ssize_t n = segstore_read_at(dir, name, 0, buf, size);
+    if (n < 0 || (uint64_t)n != size) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Iterates every record of every section (each CRC checked); returns records or < 0. */
+static long check_all(const wire_index *ix, const uint8_t *buf, wire_err *e)
+{
+    long n = 0;
+    for (size_t i = 0; i < wire_index_nsections(ix); i++) {
+        const wire_section_info *sec = wire_index_section(ix, i);
+        wire_iter *it = NULL;
+        int rc = wire_iter_open(sec, buf + sec->offset, 0, sec->stored_len, sec->seq_first, sec->seq_end, 0,
+                                UINT32_MAX, &it, e);
+        wire_record r;
+        while (rc == 0 && (rc = wire_iter_next(it, &r, e)) == 1) {
+            n++;
+            rc = 0;
+        }
+        wire_iter_free(it);
+        if (rc < 0) return rc;
+    }
+    return n;
+}
+
+static int scan_one(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
+{
+    scan_ctx *c = arg;
+    c->files++;
+    if (size == 0) {
+        c->empty++;
+        printf("%s  0 B  empty (a reserved name never written: an orphan for gc)\n", name);
+        return 0;
+    }
+    uint8_t *buf = read_whole(c->dir, name, size);
+    if (!buf) {
+        c->bad++;
+        printf("%s  %" PRIu64 " B  UNREADABLE: %s\n", name, size, dstl_last_error());
+        return 0;
+    }
+    wire_index *ix = NULL;
+    wire_err e = {{0}};
+    int rc = wire_segment_open(buf, size, &ix, &e);
+    long recs = 0;
+    if (rc == 0 && c->verify) recs = check_all(ix, buf, &e);
+    if (rc < 0 || recs < 0) {
+        c->bad++;
+        printf("%s  %" PRIu64 " B  CORRUPT: %s\n", name, size, e.msg);
+    } else {
+        c->bytes += size;
+        size_t ns = wire_index_nsections(ix);
+        if (c->verify) {
+            c->records += (uint64_t)recs;
+            printf("%s  %" PRIu64 " B  ok: %zu sections, %ld records\n", name, size, ns, recs);
+        } else {
+            printf("%s  %" PRIu64 " B  age %.1f s  %zu sections\n", name, size, (double)(c->now_ms - mtime_ms) / 1000.0, ns);
+            for (size_t i = 0; i < ns; i++) {
+                const wire_section_info *sec = wire_index_section(ix, i);
+                printf("    %-24s seqs [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " records  key groups %u-%u  %" PRIu64 " B\n",
+                       sec->writer_id, sec->seq_first, sec->seq_end, sec->nrec, sec->kg_first, sec->kg_last,
+                       sec->stored_len);
+            }
+        }
+    }
+    wire_index_free(ix);
+    free(buf);
+    return 0;
+}
+
+static int scan_dir(int argc, char **argv, int verify)
+{
+    const char *cmd = verify ? "verify" : "ls";
+    if (argc != 2) {
+        fprintf(stderr, "usage: dstl %s DIR\n", cmd);
+        return 2;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    scan_ctx c = {.dir = argv[1], .verify = verify, .now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000};
+    int rc = segstore_list(argv[1], scan_one, &c);
+    if (rc < 0) {
+        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+        return 1;
+    }
+    printf("%" PRIu64 " segment files, %" PRIu64 " B", c.files, c.bytes);
+    if (verify) printf(", %" PRIu64 " records checked", c.records);
+    printf(", %" PRIu64 " empty, %" PRIu64 " corrupt\n", c.empty, c.bad);
+    return verify && c.bad ? 1 : 0;
+}
+
+int cmd_ls(const cmd_globals *g, int argc, char **argv)
+{
+    (void)g;
+    return scan_dir(argc, argv, 0);
+}
+
+int cmd_verify(const cmd_globals *g, int argc, char **argv)
+{
+    (void)g;
+    return scan_dir(argc, argv, 1);
+}
+
+/* ---- gc ---- */
+
+int cmd_gc(const cmd_globals *g, int argc, char **argv)
+{
+    const char *dir = NULL;
+    uint64_t min_age_us = 0;
+    int dry = 0;
+    dstl_handle **live = calloc((size_t)argc, sizeof *live);
+    size_t nlive = 0;
+    int rc = 0, in_live = 0;
+    for (int i = 1; i < argc && rc == 0; i++) {
+        if (!strcmp(argv[i], "--dry-run")) {
+            dry = 1;
+            in_live = 0;
+        } else if (!strcmp(argv[i], "--min-age") && i + 1 < argc) {
+            if (config_parse_duration_us(argv[++i], &min_age_us) < 0) {
+                fprintf(stderr, "dstl gc: --min-age %s: expected a duration such as 10min\n", argv[i]);
+                rc = 2;
+            }
+            in_live = 0;
+        } else if (!strcmp(argv[i], "--live")) {
+            in_live = 1;
+        } else if (in_live && argv[i][0] != '-') {
+            if (!(live[nlive++] = cmd_read_handle(argv[i]))) rc = 1;
+        } else if (!dir && argv[i][0] != '-') {
+            dir = argv[i];
+        } else {
+            rc = 2;
+        }
+    }
+    if (!dir && rc == 0) rc = 2;
+    if (rc == 2) fprintf(stderr, "usage: dstl gc DIR --live HANDLE_FILE... [--min-age D] [--dry-run]\n");
+    dstl_config *c = rc == 0 ? cmd_config(g, dir) : NULL;
+    dstl_storage *s = NULL;
+    if (rc == 0 && (!c || dstl_storage_open(c, &s) < 0)) {
+        if (c) fprintf(stderr, "dstl gc: %s\n", dstl_last_error());
+        rc = 1;
+    }
+    dstl_gc_report rep;
+    if (rc == 0 && dstl_gc(s, (const dstl_handle *const *)live, nlive, min_age_us / 1000, dry, &rep) < 0) {
+        fprintf(stderr, "dstl gc: %s\n", dstl_last_error());
+        rc = 1;
+    }
+    if (rc == 0)
+        printf("%s%" PRIu64 " scanned, %" PRIu64 " deleted (%" PRIu64 " B), %" PRIu64 " kept live, %" PRIu64
+               " kept young\n", dry ? "dry run: " : "", rep.scanned, rep.deleted, rep.bytes_deleted, rep.kept_live,
+               rep.kept_young);
+    dstl_storage_close(s);
+    dstl_config_free(c);
+    for (size_t i = 0; i < nlive; i++) dstl_handle_free(live[i]);
+    free(live);
+    return rc;
+}
