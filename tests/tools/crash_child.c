@@ -1,0 +1,241 @@
+/*
+ * tests/tools/crash_child.c — the two halves of the crash test (tests/test_dstl_crash.c).
+ *
+ *   crash_child run DIR HANDLES ENGINE SEED
+ *       Persists heavily until killed: W writers on their own threads append deterministic
+ *       records, persist every few ms, materialize (truncate) now and then. After each
+ *       persist completes, the new handle is written to HANDLES/<writer>.handle (write,
+ *       fsync, rename, fsync dir) and only then is the previous handle discarded — the
+ *       order a checkpoint coordinator uses, so the file on disk always names a handle whose
+ *       segments must still exist.
+ *   crash_child verify DIR HANDLES
+ *       After the kill: opens a fresh storage on DIR, reads every handle file back and checks
+ *       each record, runs gc with those handles as the live set, and checks that exactly the
+ *       segments they reference remain. Exit 0 only if all of that holds.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dstl.h"
+
+#define WRITERS 4
+#define NKG 16
+
+static const char *g_handles;
+
+static size_t payload(uint32_t wid, uint64_t seq, uint8_t *buf)
+{
+    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 40);
+    x ^= x >> 31;
+    size_t len = (size_t)(x % 3000);
+    for (size_t i = 0; i < len; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (uint8_t)(x >> 56);
+    }
+    return len;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "crash_child: %s: %s\n", what, dstl_last_error());
+    exit(2);
+}
+
+static void write_handle(uint32_t wid, const dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    if (dstl_handle_serialize(h, &buf, &len) < 0) die("serialize");
+    char tmp[4096], path[4096];
+    snprintf(tmp, sizeof tmp, "%s/w%u.tmp", g_handles, wid);
+    snprintf(path, sizeof path, "%s/w%u.handle", g_handles, wid);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, len) != (ssize_t)len || fsync(fd) < 0) die("write handle file");
+    close(fd);
+    free(buf);
+    if (rename(tmp, path) < 0) die("rename handle file");
+    int dfd = open(g_handles, O_RDONLY | O_DIRECTORY);
+    if (dfd < 0 || fsync(dfd) < 0) die("fsync handle dir");
+    close(dfd);
+}
+
+typedef struct {
+    dstl_storage *s;
+    uint32_t wid;
+    uint64_t seed;
+} job;
+
+static void *writer_main(void *arg)
+{
+    job *j = arg;
+    char id[16];
+    snprintf(id, sizeof id, "w%u", j->wid);
+    dstl_writer *w;
+    if (dstl_writer_open(j->s, id, 0, NKG - 1, &w) < 0) die("writer open");
+    uint8_t *buf = malloc(4096);
+    dstl_handle *prev = NULL;
+    uint64_t mat = 0, x = j->seed * 2654435761u + j->wid;
+    for (uint64_t cp = 1;; cp++) {
+        x = x * 6364136223846793005ull + 1;
+        int n = 1 + (int)((x >> 33) % 60);
+        for (int i = 0; i < n; i++) {
+            uint64_t seq = dstl_writer_next_seq(w);
+            size_t len = payload(j->wid, seq, buf);
+            if (dstl_append(w, (uint32_t)(seq % NKG), buf, len) < 0) die("append");
+        }
+        dstl_future *f;
+        if (dstl_persist(w, mat, cp, &f) < 0) die("persist");
+        if (dstl_future_wait(f, -1) < 0) die("wait");
+        dstl_handle *h;
+        if (dstl_future_result(f, &h) < 0) die("persist result");
+        dstl_future_free(f);
+        write_handle(j->wid, h);           /* the checkpoint is complete ... */
+        if (prev) {                        /* ... and only then the previous one goes */
+            dstl_handle_discard(j->s, prev);
+            dstl_handle_free(prev);
+        }
+        prev = h;
+        if (cp % 7 == 0) {                 /* materialize */
+            mat = dstl_writer_next_seq(w);
+            if (dstl_truncate(w, mat) < 0) die("truncate");
+        }
+    }
+    return NULL;
+}
+
+static int run(const char *dir, const char *engine, uint64_t seed)
+{
+    dstl_config *c;
+    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+        dstl_config_set(c, "dstl.io.engine", engine) < 0 ||
+        dstl_config_set(c, "dstl.batch.persist-delay", seed % 2 ? "0" : "2ms") < 0)
+        die("config");
+    dstl_storage *s;
+    if (dstl_storage_open(c, &s) < 0) die("storage open");
+    pthread_t th[WRITERS];
+    job jobs[WRITERS];
+    for (uint32_t i = 0; i < WRITERS; i++) {
+        jobs[i] = (job){s, i, seed};
+        pthread_create(&th[i], NULL, writer_main, &jobs[i]);
+    }
+    printf("running\n");
+    fflush(stdout);
+    for (uint32_t i = 0; i < WRITERS; i++) pthread_join(th[i], NULL);   /* until killed */
+    return 0;
+}
+
+static int read_file(const char *path, void **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    *buf = malloc(1 << 20);
+    *len = fread(*buf, 1, 1 << 20, f);
+    fclose(f);
+    return 0;
+}
+
+static int verify(const char *dir)
+{
+    dstl_config *c;
+    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0) die("config");
+    dstl_storage *s;
+    if (dstl_storage_open(c, &s) < 0) die("storage open");
+    dstl_handle *live[WRITERS];
+    size_t nlive = 0;
+    int bad = 0;
+    uint64_t records = 0;
+    uint8_t *want = malloc(4096);
+    for (uint32_t wid = 0; wid < WRITERS; wid++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/w%u.handle", g_handles, wid);
+        void *buf;
+        size_t len;
+        if (read_file(path, &buf, &len) < 0) continue;     /* killed before its first checkpoint */
+        dstl_handle *h;
+        if (dstl_handle_parse(buf, len, &h) < 0) {
+            fprintf(stderr, "verify: %s: %s\n", path, dstl_last_error());
+            bad = 1;
+            free(buf);
+            continue;
+        }
+        free(buf);
+        live[nlive++] = h;
+        dstl_reader *r;
+        if (dstl_reader_open(s, h, 0, NKG - 1, &r) < 0) die("reader open");
+        uint64_t seq = dstl_handle_from_seq(h);
+        dstl_record rec;
+        int rc;
+        while ((rc = dstl_reader_next(r, &rec)) == 1) {
+            size_t wl = payload(wid, seq, want);
+            if (rec.seq != seq || rec.len != wl || memcmp(rec.data, want, wl) != 0 || rec.key_group != seq % NKG) {
+                fprintf(stderr, "verify: writer %u: record %" PRIu64 " (got seq %" PRIu64 ") differs\n", wid, seq,
+                        rec.seq);
+                bad = 1;
+                break;
+            }
+            seq++;
+            records++;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "verify: writer %u: %s\n", wid, dstl_last_error());
+            bad = 1;
+        } else if (rc == 0 && seq != dstl_handle_to_seq(h)) {
+            fprintf(stderr, "verify: writer %u: records end at %" PRIu64 ", handle says %" PRIu64 "\n", wid, seq,
+                    dstl_handle_to_seq(h));
+            bad = 1;
+        }
+        dstl_reader_close(r);
+    }
+    dstl_gc_report rep;
+    if (dstl_gc(s, (const dstl_handle *const *)live, nlive, 0, 0, &rep) < 0) die("gc");
+    if (dstl_storage_close(s) < 0) die("close");
+    /* Exactly the referenced segments remain. */
+    size_t referenced = 0, remaining = 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 4, ".seg")) continue;
+        remaining++;
+    }
+    if (d) closedir(d);
+    /* the handles name their segments through the serialized bytes; count distinct names
+     * by asking gc in dry-run mode with the same live set on a new storage: nothing more
+     * may be deletable, and the kept count must equal what is on disk */
+    if (dstl_storage_open(c, &s) < 0) die("storage reopen");
+    if (dstl_gc(s, (const dstl_handle *const *)live, nlive, 0, 1, &rep) < 0) die("gc dry run");
+    referenced = rep.kept_live;
+    dstl_storage_close(s);
+    if (rep.deleted != 0 || referenced != remaining) {
+        fprintf(stderr, "verify: after gc %zu segment files remain, %zu referenced, %" PRIu64 " deletable\n", remaining,
+                referenced, rep.deleted);
+        bad = 1;
+    }
+    printf("verified %zu handles, %" PRIu64 " records, %zu segments remain: %s\n", nlive, records, remaining,
+           bad ? "FAILED" : "ok");
+    for (size_t i = 0; i < nlive; i++) dstl_handle_free(live[i]);
+    free(want);
+    dstl_config_free(c);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 6 && !strcmp(argv[1], "run")) {
+        g_handles = argv[3];
+        return run(argv[2], argv[4], strtoull(argv[5], NULL, 10));
+    }
+    if (argc == 4 && !strcmp(argv[1], "verify")) {
+        g_handles = argv[3];
+        return verify(argv[2]);
+    }
+    fprintf(stderr, "usage: crash_child run DIR HANDLES ENGINE SEED | verify DIR HANDLES\n");
+    return 2;
+}
