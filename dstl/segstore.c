@@ -1,0 +1,669 @@
+/*
+ * dstl/segstore.c — the local segment store: segment files in one directory, made durable by
+ * write + fdatasync (+ a grouped directory fsync for new entries) through an ioeng.
+ *
+ * Why this shape: the pipeline thread runs an event loop, so a write is a small state machine
+ * driven by engine completions, not a blocking call. Durability has two independent parts:
+ *   data  — the file's bytes and size: ioeng_write(..., IOENG_WRITE_FDATASYNC), per file;
+ *   entry — the name in the directory: an fsync of the directory, shared by every creation that
+ *           precedes it (generation counter below).
+ * A write is acknowledged when both are durable. Reserving names ahead (segstore_reserve) moves
+ * the entry part off the critical path: one directory fsync covers a batch of future segments,
+ * and persist latency is one write + one fdatasync.
+ *
+ * Directory fsync generations: a creation needs generation g = (in-flight or last synced) + 1;
+ * at most one directory fsync is in flight; when it completes, `dir_synced` becomes its
+ * generation, the writes waiting for it are released, and if later creations want more, the next
+ * fsync starts at once, covering all of them (group commit for directory entries).
+ *
+ * Threads: the store's state is pipeline-thread only; segstore_unlink/read_at/size/list are
+ * thread-safe: they use only the immutable dir path and dir fd, and an atomic flag.
+ *
+ * Invariants:
+ *  - Every accepted write is on exactly one of: `busy` (engine op outstanding), `dir_wait`
+ *    (data durable, waiting for its entry's generation), `done` (callback pending). `inflight`
+ *    counts them.
+ *  - A callback runs only after the engine has released the write's buffer.
+ *  - Once `failed` is set, no callback gets 0 again and no new I/O is started.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dstl/err.h"
+#include "dstl/ioeng.h"
+#include "dstl/segstore.h"
+
+/* The engine tag of the directory fsync; write tags are pointers, never 0. */
+#define DIR_TAG 0u
+
+/* Completions taken from the engine per reap. */
+#define REAP_BATCH 64u
+
+/* What a failed write's detail reports. */
+enum seg_fail {
+    FAIL_NONE,
+    FAIL_CREATE,   /* openat O_EXCL failed                          */
+    FAIL_QUEUE,    /* the engine could not take the operation       */
+    FAIL_SPACE,    /* ENOSPC/EDQUOT/EFBIG: this write only          */
+    FAIL_STORE,    /* the store is failed: s->failed_detail         */
+};
+
+struct seg_write {
+    struct seg_write *prev, *next;  /* on busy (doubly linked), dir_wait or done           */
+    segstore_done_fn cb;
+    void *ctx;
+    const void *buf;
+    size_t len;
+    uint64_t dir_gen;               /* generation that makes the entry durable            */
+    uint64_t written;
+    int fd;
+    int res;
+    enum seg_fail fail;
+    char name[NAME_MAX + 1];
+};
+
+struct seg_reserved {
+    int fd;
+    uint64_t dir_gen;
+    char name[NAME_MAX + 1];
+};
+
+struct seg_list {
+    struct seg_write *head, *tail;
+};
+
+struct segstore {
+    /* immutable after open: any thread */
+    char *dir;
+    int dir_fd;
+    atomic_bool unlink_dirty;       /* an unlink since the last directory fsync started     */
+
+    /* pipeline thread only */
+    ioeng *io;
+    struct seg_list busy, dir_wait, done;
+    unsigned inflight;
+    uint64_t dir_synced;            /* generations <= this are durable                      */
+    uint64_t dir_running;           /* generation of the fsync in flight, 0 = none          */
+    uint64_t dir_wanted;            /* highest generation a creation needs                  */
+    unsigned n_reserved;
+    struct seg_reserved reserved[SEGSTORE_RESERVE_MAX];
+    bool failed;
+    char failed_detail[1024];
+    char detail[1024];              /* scratch for one callback's detail                    */
+    struct segstore_stats st;
+};
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+static void list_push(struct seg_list *l, struct seg_write *w)
+{
+    w->next = NULL;
+    w->prev = l->tail;
+    if (l->tail)
+        l->tail->next = w;
+    else
+        l->head = w;
+    l->tail = w;
+}
+
+static void list_remove(struct seg_list *l, struct seg_write *w)
+{
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        l->head = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    else
+        l->tail = w->prev;
+    w->prev = w->next = NULL;
+}
+
+static int check_name(const char *what, const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > NAME_MAX || strchr(name, '/') || strcmp(name, ".") == 0 ||
+        strcmp(name, "..") == 0)
+        return err_fail(-EINVAL, "%s: bad segment file name '%s' (1..%d bytes, no '/')", what,
+                        name ? name : "(null)", NAME_MAX);
+    return 0;
+}
+
+static bool is_space_error(int res)
+{
+    return res == -ENOSPC || res == -EDQUOT || res == -EFBIG;
+}
+
+static const char *stage_name(int stage)
+{
+    return stage == IOENG_OP_WRITE ? "write" : stage == IOENG_OP_FDATASYNC ? "fdatasync" : "fsync";
+}
+
+/* Fail-stop: from now on nothing is acknowledged. The first cause is kept. */
+static void fail_stop(segstore *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail_stop(segstore *s, const char *fmt, ...)
+{
+    if (s->failed) return;
+    s->failed = true;
+    int n = snprintf(s->failed_detail, sizeof s->failed_detail, "local store %s failed since ",
+                     s->dir);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n > 0 && (size_t)n < sizeof s->failed_detail)
+        vsnprintf(s->failed_detail + n, sizeof s->failed_detail - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* Data-durable writes still waiting for their entry are not acknowledged any more. */
+    while (s->dir_wait.head) {
+        struct seg_write *w = s->dir_wait.head;
+        list_remove(&s->dir_wait, w);
+        w->res = -EIO;
+        w->fail = FAIL_STORE;
+        list_push(&s->done, w);
+    }
+}
+
+static void submit(segstore *s)
+{
+    int rc = ioeng_submit(s->io);
+    if (rc < 0) fail_stop(s, "the %s engine refused a submission: %s", ioeng_name(s->io),
+                          dstl_last_error());
+}
+
+/* ---- directory entries -------------------------------------------------------------------- */
+
+static void dir_sync_start(segstore *s)
+{
+    if (s->dir_running || s->failed || s->dir_wanted <= s->dir_synced) return;
+    /* Unlinks before this point are covered by this fsync. */
+    atomic_store(&s->unlink_dirty, false);
+    if (ioeng_fsync(s->io, s->dir_fd, DIR_TAG) < 0) {
+        fail_stop(s, "fsync %s could not be queued: %s", s->dir, dstl_last_error());
+        return;
+    }
+    s->dir_running = s->dir_wanted;
+    s->st.dir_fsyncs++;
+}
+
+/* A file was just created: returns the generation whose fsync makes its entry durable. */
+static uint64_t dir_entry_added(segstore *s)
+{
+    uint64_t g = (s->dir_running ? s->dir_running : s->dir_synced) + 1;
+    if (g > s->dir_wanted) s->dir_wanted = g;
+    dir_sync_start(s);
+    return g;
+}
+
+static void on_dir_synced(segstore *s, int res)
+{
+    uint64_t gen = s->dir_running;
+    s->dir_running = 0;
+    if (res < 0) {
+        /* The entries of this generation may or may not exist after a crash, and the
+         * directory's error state is consumed: fail-stop, like a failed fdatasync. */
+        fail_stop(s, "fsync of the directory %s: %s", s->dir, strerror(-res));
+        return;
+    }
+    /* DURABILITY: every entry created before this fsync started (generation <= gen) is on
+     * disk now. A crash from here on keeps those names; files whose data is synced too are
+     * complete segments. */
+    s->dir_synced = gen;
+    for (struct seg_write *w = s->dir_wait.head, *next; w; w = next) {
+        next = w->next;
+        if (w->dir_gen <= s->dir_synced) {
+            list_remove(&s->dir_wait, w);
+            list_push(&s->done, w);
+        }
+    }
+    dir_sync_start(s);
+}
+
+/* ---- open / close ---------------------------------------------------------------------------- */
+
+/* mkdir -p, with each new directory's entry made durable by an fsync of its parent. */
+static int make_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return err_fail(-ENOTDIR, "local dir %s: exists and is not a directory", dir);
+        return 0;
+    }
+    if (errno != ENOENT) return err_fail(-errno, "local dir %s: %s", dir, strerror(errno));
+
+    char parent[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof parent) return err_fail(-ENAMETOOLONG, "local dir %s: path too long", dir);
+    memcpy(parent, dir, n + 1);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        strcpy(parent, ".");
+    else if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    int rc = make_dir(parent);
+    if (rc < 0) return rc;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return err_fail(-errno, "create local dir %s: %s", dir, strerror(errno));
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return err_fail(-errno, "open %s (parent of %s): %s", parent, dir, strerror(errno));
+    /* DURABILITY: the new directory's entry in its parent is durable after this fsync. A crash
+     * before it may lose the (still empty) directory; nothing in it was acknowledged. */
+    rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0)
+        return err_fail(rc, "fsync %s (parent of new local dir %s): %s", parent, dir,
+                        strerror(-rc));
+    return 0;
+}
+
+int segstore_open(const struct segstore_opts *o, segstore **out)
+{
+    if (!o || !o->dir || !o->dir[0]) return err_fail(-EINVAL, "local store: no directory given");
+    int rc = make_dir(o->dir);
+    if (rc < 0) return rc;
+    segstore *s = calloc(1, sizeof *s);
+    if (!s || !(s->dir = strdup(o->dir))) {
+        free(s);
+        return err_fail(-ENOMEM, "local store %s: out of memory", o->dir);
+    }
+    s->dir_fd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (s->dir_fd < 0) {
+        rc = err_fail(-errno, "open local dir %s: %s", o->dir, strerror(errno));
+        free(s->dir);
+        free(s);
+        return rc;
+    }
+    struct ioeng_opts eo = {.engine = o->engine, .queue_depth = o->queue_depth,
+                            .fault = o->fault};
+    rc = ioeng_open(&eo, &s->io);
+    if (rc < 0) {
+        close(s->dir_fd);
+        free(s->dir);
+        free(s);
+        return rc; /* detail names the engine */
+    }
+    atomic_init(&s->unlink_dirty, false);
+    *out = s;
+    return 0;
+}
+
+const char *segstore_dir(const segstore *s) { return s->dir; }
+
+const char *segstore_engine(const segstore *s) { return ioeng_name(s->io); }
+
+int segstore_event_fd(const segstore *s) { return ioeng_event_fd(s->io); }
+
+int segstore_failed(const segstore *s)
+{
+    return s->failed ? err_fail(-EIO, "%s", s->failed_detail) : 0;
+}
+
+void segstore_stats(const segstore *s, struct segstore_stats *out)
+{
+    *out = s->st;
+    out->reserved = s->n_reserved;
+    out->inflight = s->inflight;
+}
+
+/* ---- writes ---------------------------------------------------------------------------------- */
+
+static struct seg_reserved *find_reserved(segstore *s, const char *name)
+{
+    for (unsigned i = 0; i < s->n_reserved; i++)
+        if (strcmp(s->reserved[i].name, name) == 0) return &s->reserved[i];
+    return NULL;
+}
+
+int segstore_reserve(segstore *s, const char *name)
+{
+    int rc = check_name("reserve", name);
+    if (rc < 0) return rc;
+    if (s->failed) return err_fail(-EIO, "reserve %s: %s", name, s->failed_detail);
+    if (find_reserved(s, name))
+        return err_fail(-EEXIST, "reserve %s/%s: already reserved", s->dir, name);
+    if (s->n_reserved == SEGSTORE_RESERVE_MAX)
+        return err_fail(-EAGAIN, "reserve %s/%s: %u names reserved already", s->dir, name,
+                        SEGSTORE_RESERVE_MAX);
+    int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return err_fail(-errno, "reserve %s/%s: %s", s->dir, name, strerror(errno));
+    /* DURABILITY: the empty file exists in the page cache only; dir_entry_added starts the
+     * directory fsync that makes its name durable. A crash leaves no file or an empty one
+     * (an orphan for gc); nothing refers to it yet. */
+    struct seg_reserved *r = &s->reserved[s->n_reserved++];
+    r->fd = fd;
+    strcpy(r->name, name);
+    r->dir_gen = dir_entry_added(s);
+    s->st.creates++;
+    submit(s);
+    return 0;
+}
+
+/* Queues w's callback without I/O (an early failure); the loop is woken to run it. */
+static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail fail)
+{
+    w->res = res;
+    w->fail = fail;
+    list_push(&s->done, w);
+    ioeng_kick(s->io);
+    return 0;
+}
+
+int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
+                   segstore_done_fn cb, void *ctx)
+{
+    int rc = check_name("write", name);
+    if (rc < 0) return rc;
+    struct seg_write *w = calloc(1, sizeof *w);
+    if (!w) return err_fail(-ENOMEM, "write %s/%s: out of memory", s->dir, name);
+    w->cb = cb;
+    w->ctx = ctx;
+    w->buf = buf;
+    w->len = len;
+    w->fd = -1;
+    strcpy(w->name, name);
+    s->inflight++;
+    if (s->failed) return finish_early(s, w, -EIO, FAIL_STORE);
+
+    struct seg_reserved *r = find_reserved(s, name);
+    if (r) {
+        w->fd = r->fd;
+        w->dir_gen = r->dir_gen; /* usually synced long ago */
+        *r = s->reserved[--s->n_reserved];
+        s->st.reserved_hits++;
+    } else {
+        w->fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (w->fd < 0) return finish_early(s, w, -errno, FAIL_CREATE);
+        /* DURABILITY: the new name is in the page cache only; the directory fsync started
+         * (or joined) here makes it durable, in parallel with the data below. A crash before
+         * both leaves no file or a partial one: an orphan, never acknowledged. */
+        w->dir_gen = dir_entry_added(s);
+        s->st.creates++;
+    }
+    rc = ioeng_write(s->io, w->fd, buf, len, 0, IOENG_WRITE_FDATASYNC, (uint64_t)(uintptr_t)w);
+    if (rc < 0) {
+        close(w->fd);
+        unlinkat(s->dir_fd, name, 0);
+        return finish_early(s, w, rc, FAIL_QUEUE);
+    }
+    list_push(&s->busy, w);
+    submit(s);
+    return 0;
+}
+
+/* The write + fdatasync of w finished. */
+static void on_write_done(segstore *s, struct seg_write *w, const struct ioeng_cqe *c)
+{
+    list_remove(&s->busy, w);
+    w->written = c->written;
+    close(w->fd);
+    w->fd = -1;
+    if (c->res == 0 && !s->failed) {
+        /* DURABILITY: the file's bytes and size are on disk (fdatasync returned 0). Its name is
+         * durable once generation dir_gen is synced; until then a crash may lose the whole
+         * file, which nothing references yet. */
+        if (w->dir_gen <= s->dir_synced)
+            list_push(&s->done, w);
+        else
+            list_push(&s->dir_wait, w);
+        return;
+    }
+    if (c->res == 0) { /* durable, but the store failed meanwhile: not acknowledged */
+        w->res = -EIO;
+        w->fail = FAIL_STORE;
+    } else if (c->stage == IOENG_OP_WRITE && is_space_error(c->res)) {
+        /* The state is known: the write was refused, nothing was acknowledged. The partial
+         * file goes; the store stays usable. DURABILITY: the unlink is not synced; a crash may
+         * bring the partial file back as an orphan for gc. */
+        unlinkat(s->dir_fd, w->name, 0);
+        w->res = c->res;
+        w->fail = FAIL_SPACE;
+    } else {
+        /* A failed fdatasync (the kernel may have dropped the dirty pages and cleared the
+         * error: retrying could "succeed" over lost data), or a write whose effect is unknown:
+         * fail-stop. The file stays for inspection; gc removes it. */
+        fail_stop(s, "%s %s/%s: %s", stage_name(c->stage), s->dir, w->name, strerror(-c->res));
+        w->res = -EIO;
+        w->fail = FAIL_STORE;
+    }
+    list_push(&s->done, w);
+}
+
+static void handle(segstore *s, const struct ioeng_cqe *cq, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (cq[i].tag == DIR_TAG)
+            on_dir_synced(s, cq[i].res);
+        else
+            on_write_done(s, (struct seg_write *)(uintptr_t)cq[i].tag, &cq[i]);
+    }
+}
+
+/* Describes w's outcome in s->detail. */
+static const char *describe(segstore *s, const struct seg_write *w)
+{
+    switch (w->fail) {
+    case FAIL_NONE:
+        return "";
+    case FAIL_CREATE:
+        snprintf(s->detail, sizeof s->detail, "create %s/%s: %s", s->dir, w->name,
+                 strerror(-w->res));
+        break;
+    case FAIL_QUEUE:
+        snprintf(s->detail, sizeof s->detail, "write %s/%s: could not queue: %s", s->dir,
+                 w->name, strerror(-w->res));
+        break;
+    case FAIL_SPACE:
+        snprintf(s->detail, sizeof s->detail,
+                 "write %s/%s (%zu bytes, %llu written): %s; partial file removed", s->dir,
+                 w->name, w->len, (unsigned long long)w->written, strerror(-w->res));
+        break;
+    case FAIL_STORE:
+        /* failed_detail names the directory already */
+        snprintf(s->detail, sizeof s->detail, "write %.255s: %.760s", w->name,
+                 s->failed_detail);
+        break;
+    }
+    return s->detail;
+}
+
+/* Runs the callbacks that are ready now (not those their callbacks queue). */
+static int run_callbacks(segstore *s)
+{
+    struct seg_write *w = s->done.head;
+    s->done.head = s->done.tail = NULL;
+    int ran = 0;
+    while (w) {
+        struct seg_write *next = w->next;
+        const char *detail = describe(s, w);
+        if (w->res == 0) {
+            /* DURABILITY: acknowledged — bytes, size and directory entry are all durable; a
+             * crash from here on leaves this segment complete. */
+            s->st.writes_ok++;
+            s->st.bytes_ok += w->len;
+        } else {
+            s->st.writes_failed++;
+            err_fail(w->res, "%s", detail);
+        }
+        s->inflight--;
+        segstore_done_fn cb = w->cb;
+        void *ctx = w->ctx;
+        int res = w->res;
+        free(w);
+        if (cb) cb(ctx, res, detail);
+        ran++;
+        w = next;
+    }
+    if (s->done.head && s->io) ioeng_kick(s->io); /* callbacks queued more: come back */
+    return ran;
+}
+
+/* Takes every finished engine operation; with wait, blocks for one first. 0 or -errno. */
+static int reap(segstore *s, int wait)
+{
+    struct ioeng_cqe cq[REAP_BATCH];
+    for (;;) {
+        int n = ioeng_reap(s->io, cq, REAP_BATCH, wait);
+        if (n < 0) {
+            fail_stop(s, "the %s engine failed: %s", ioeng_name(s->io), dstl_last_error());
+            return n;
+        }
+        handle(s, cq, n);
+        if ((unsigned)n < REAP_BATCH) break;
+        wait = 0;
+    }
+    submit(s); /* the next directory fsync, if one was started */
+    return 0;
+}
+
+int segstore_poll(segstore *s)
+{
+    reap(s, 0);
+    return run_callbacks(s);
+}
+
+void segstore_close(segstore *s)
+{
+    if (!s) return;
+    while (s->inflight) {
+        run_callbacks(s);
+        if (!s->inflight) break;
+        if (reap(s, 1) < 0) break;
+        if (!s->done.head && !ioeng_pending(s->io)) break; /* nothing can move: see below */
+    }
+    ioeng_close(s->io); /* waits until the kernel has let go of every buffer */
+    s->io = NULL;
+    if (s->inflight) {
+        /* Only after an engine failure: what is left can never complete now. */
+        fail_stop(s, "the store was closed with writes outstanding");
+        while (s->busy.head) {
+            struct seg_write *w = s->busy.head;
+            list_remove(&s->busy, w);
+            close(w->fd);
+            w->res = -EIO;
+            w->fail = FAIL_STORE;
+            list_push(&s->done, w);
+        }
+        run_callbacks(s);
+    }
+    bool removed = atomic_load(&s->unlink_dirty);
+    for (unsigned i = 0; i < s->n_reserved; i++) {
+        close(s->reserved[i].fd);
+        if (unlinkat(s->dir_fd, s->reserved[i].name, 0) == 0) removed = true;
+    }
+    /* DURABILITY: removals (unused reservations, segstore_unlink) become durable here; if the
+     * fsync fails or a crash comes first, the files may come back as orphans for gc. Nothing
+     * acknowledged depends on it. */
+    if (removed) (void)fsync(s->dir_fd);
+    close(s->dir_fd);
+    free(s->dir);
+    free(s);
+}
+
+/* ---- any thread ------------------------------------------------------------------------------ */
+
+int segstore_unlink(segstore *s, const char *name)
+{
+    int rc = check_name("unlink", name);
+    if (rc < 0) return rc;
+    if (unlinkat(s->dir_fd, name, 0) < 0)
+        return err_fail(-errno, "unlink %s/%s: %s", s->dir, name, strerror(errno));
+    atomic_store(&s->unlink_dirty, true);
+    return 0;
+}
+
+static int open_in(const char *dir, const char *name, const char *what)
+{
+    int rc = check_name(what, name);
+    if (rc < 0) return rc;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return err_fail(-ENAMETOOLONG, "%s %s/%s: path too long", what, dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return err_fail(-errno, "%s %s: %s", what, path, strerror(errno));
+    return fd;
+}
+
+ssize_t segstore_read_at(const char *dir, const char *name, uint64_t off, void *buf, size_t len)
+{
+    if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX)
+        return err_fail(-EINVAL, "read %s/%s: offset %llu length %zu out of range", dir, name,
+                        (unsigned long long)off, len);
+    int fd = open_in(dir, name, "read");
+    if (fd < 0) return fd;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int rc = -errno;
+            close(fd);
+            return err_fail(rc, "read %s/%s at offset %llu: %s", dir, name,
+                            (unsigned long long)(off + got), strerror(-rc));
+        }
+        if (n == 0) break; /* end of file */
+        got += (size_t)n;
+    }
+    close(fd);
+    return (ssize_t)got;
+}
+
+int segstore_size(const char *dir, const char *name, uint64_t *size_bytes)
+{
+    int fd = open_in(dir, name, "stat");
+    if (fd < 0) return fd;
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0) return err_fail(rc, "stat %s/%s: %s", dir, name, strerror(-rc));
+    *size_bytes = (uint64_t)st.st_size;
+    return 0;
+}
+
+static bool is_segment_name(const char *name)
+{
+    size_t n = strlen(name), k = strlen(SEGSTORE_SUFFIX);
+    return n > k && strcmp(name + n - k, SEGSTORE_SUFFIX) == 0;
+}
+
+int segstore_list(const char *dir, segstore_list_fn cb, void *ctx)
+{
+    DIR *d = opendir(dir);
+    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
+    int count = 0, rc = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
+            break;
+        }
+        if (!is_segment_name(de->d_name)) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno == ENOENT) continue; /* removed meanwhile */
+            rc = err_fail(-errno, "list %s: stat %s: %s", dir, de->d_name, strerror(errno));
+            break;
+        }
+        if (!S_ISREG(st.st_mode)) continue;
+        int64_t mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+        rc = cb(ctx, de->d_name, (uint64_t)st.st_size, mtime_ms);
+        if (rc != 0) break;
+        count++;
+    }
+    closedir(d);
+    return rc != 0 ? rc : count;
+}

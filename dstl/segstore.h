@@ -1,0 +1,147 @@
+/*
+ * dstl/segstore.h — the local segment store: one directory of immutable segment files, written
+ * asynchronously by the pipeline thread and read, listed and deleted from any thread.
+ *
+ * A segment is acknowledged (its callback gets 0) only when it is durable: the whole buffer
+ * written, the file fdatasync'ed, and its directory entry made durable by an fsync of the
+ * directory. The entry part is usually already done: names given to segstore_reserve are created
+ * and their directory fsync'ed ahead of time (one fsync for a whole group of them), so a persist
+ * on the critical path costs one write + one fdatasync. A name that was not reserved is created
+ * by segstore_write, and its directory fsync runs in parallel with its write + fdatasync; every
+ * creation that arrives while a directory fsync is in flight shares the next one.
+ *
+ * Failure model: a failed fdatasync or fsync, or a failed write whose effect is unknown (EIO and
+ * anything that is not a plain lack of space), makes the store fail-stop: that write and every
+ * write after it fail with -EIO and the detail "local store DIR failed since ...". Nothing is
+ * retried on the same file (the kernel may have dropped its dirty pages and cleared the error).
+ * A write refused for space (ENOSPC, EDQUOT, EFBIG) fails alone: nothing of it was acknowledged,
+ * its partial file is removed, and the store stays usable.
+ *
+ * Threads: segstore_open/reserve/write/poll/event_fd/stats/close are "pipeline thread only"
+ * (one thread at a time, the one running the event loop). segstore_unlink, segstore_read_at,
+ * segstore_size and segstore_list are thread-safe and blocking: reader, gc and CLI threads use
+ * them directly.
+ */
+#ifndef DSTL_SEGSTORE_H
+#define DSTL_SEGSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct ioeng_fault;
+typedef struct segstore segstore;
+
+/* Segment files end in this suffix; segstore_list lists only those. */
+#define SEGSTORE_SUFFIX ".seg"
+
+/* Names reserved at once (created, directory-synced, not yet written). The pipeline keeps a few
+ * segments ahead of the one being built; 64 covers every segment the default max-in-flight can
+ * hold at the smallest useful size while bounding the empty files a crash can leave. */
+#define SEGSTORE_RESERVE_MAX 64u
+
+struct segstore_opts {
+    const char *dir;             /* required; created (with parents) if missing                */
+    const char *engine;          /* "io_uring" (default), "libaio", "psync"                     */
+    unsigned queue_depth;        /* 0: IOENG_QUEUE_DEPTH                                        */
+    struct ioeng_fault *fault;   /* tests: wrap the engine in this fault script (NULL: none)    */
+};
+
+/* Called once per accepted segstore_write, from segstore_poll (or segstore_close), never from
+ * inside segstore_write. res is 0 (the segment is durable) or a negative errno; detail is a
+ * one-line description ("" on success; also set as the thread's dstl_last_error), valid only
+ * during the call. The buffer is the caller's again when this runs. The callback may call
+ * segstore_write/segstore_reserve, not segstore_poll or segstore_close. */
+typedef void (*segstore_done_fn)(void *ctx, int res, const char *detail);
+
+/* Opens the store on o->dir, creating it (and missing parents, each followed by an fsync of
+ * its parent) if needed, and the I/O engine. Returns 0; -EINVAL (no dir, unknown engine);
+ * -ENOTDIR, -EACCES, ... naming the dir; or the engine's setup error naming the engine.
+ * Blocking: yes (mkdir, fsync, open). Pipeline thread only (or before it starts). */
+int segstore_open(const struct segstore_opts *o, segstore **out);
+
+/* Waits for every accepted write and runs its callback (on this thread), removes the reserved
+ * files that were never written, fsyncs the directory if anything was removed, and frees the
+ * store. Accepts NULL. Blocking: yes. Not from a callback. */
+void segstore_close(segstore *s);
+
+/* The directory path as given (for segstore_read_at and friends). */
+const char *segstore_dir(const segstore *s);
+
+/* The engine name ("io_uring", "libaio", "psync", "fault(...)"). */
+const char *segstore_engine(const segstore *s);
+
+/* An fd that is readable when segstore_poll has work (completions or callbacks to run). Poll it
+ * with POLLIN; the store owns it. */
+int segstore_event_fd(const segstore *s);
+
+/* Creates the empty file dir/name now and starts (or joins) a directory fsync for it, so that a
+ * later segstore_write(name) costs only write + fdatasync. Returns 0; -EINVAL for a bad name
+ * (empty, '/', ".", "..", too long); -EEXIST when already reserved or on disk; -EAGAIN when
+ * SEGSTORE_RESERVE_MAX names are reserved; -EIO when the store has failed; other -errno of the
+ * create. Detail names the file. Blocking: openat only. Pipeline thread only.
+ * A crash leaves reserved names as empty files: orphans that `dstl gc` removes (a reader must
+ * treat a 0-byte segment as never written). */
+int segstore_reserve(segstore *s, const char *name);
+
+/* Writes buf[0, len) as the new segment dir/name (the reserved file if name was reserved, else
+ * created with O_CREAT|O_EXCL, mode 0644), fdatasyncs it, makes its directory entry durable,
+ * then calls cb(ctx, 0, "") from segstore_poll — or cb(ctx, -errno, detail) on failure: -EEXIST
+ * or another create error, -ENOSPC/-EDQUOT/-EFBIG (partial file removed), -EIO (fail-stop).
+ * Returns 0 when accepted (cb will run exactly once); otherwise cb never runs and it returns
+ * -EINVAL (bad name) or -ENOMEM. buf must stay valid and unchanged until cb. Many writes may
+ * be in flight at once. Blocking: openat only (none for a reserved name; the psync engine also
+ * performs the write and fdatasync here). Pipeline thread only. */
+int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
+                   segstore_done_fn cb, void *ctx);
+
+/* Reaps finished I/O, advances writes, issues the next grouped directory fsync, and runs every
+ * callback that was ready when it was called. Returns the number of callbacks run (0 when none).
+ * Never waits for I/O (the psync engine performs a directory fsync it starts). Pipeline thread
+ * only. */
+int segstore_poll(segstore *s);
+
+/* 0 while the store works; -EIO once it has failed (detail: since which file and why). */
+int segstore_failed(const segstore *s);
+
+struct segstore_stats {
+    uint64_t writes_ok;       /* callbacks with 0                                             */
+    uint64_t writes_failed;   /* callbacks with an error                                      */
+    uint64_t bytes_ok;        /* bytes of acknowledged segments                               */
+    uint64_t creates;         /* files created (by writes and by reservations)                */
+    uint64_t reserved_hits;   /* writes into a reserved file (no directory fsync on their path)*/
+    uint64_t dir_fsyncs;      /* directory fsyncs issued                                      */
+    unsigned reserved;        /* names reserved now                                           */
+    unsigned inflight;        /* accepted writes whose callback has not run yet               */
+};
+
+/* Counters since open. Pipeline thread only. */
+void segstore_stats(const segstore *s, struct segstore_stats *out);
+
+/* ---- any thread ---------------------------------------------------------------------------- */
+
+/* Removes dir/name. Returns 0, -EINVAL (bad name), -ENOENT or another -errno naming the file.
+ * DURABILITY: the removal is made durable by the store's next directory fsync (or at close), not
+ * now: a crash before that may bring the file back, as an orphan `dstl gc` removes again. Never
+ * pass a name that is reserved or being written. Thread-safe; blocking (unlinkat). */
+int segstore_unlink(segstore *s, const char *name);
+
+/* Reads up to len bytes of dir/name from offset off into buf (a pread loop). Returns the bytes
+ * read — fewer than len only at the end of the file — or -ENOENT (missing), -EINVAL (bad name,
+ * len > SSIZE_MAX), -EIO, ... with a detail naming the file and offset. Thread-safe; blocking. */
+ssize_t segstore_read_at(const char *dir, const char *name, uint64_t off, void *buf, size_t len);
+
+/* The size of dir/name. Returns 0 or -ENOENT/-errno naming the file. Thread-safe; blocking. */
+int segstore_size(const char *dir, const char *name, uint64_t *size_bytes);
+
+/* Called for each regular file named "*.seg" in the directory, in directory order: its name,
+ * size and modification time (ms since the epoch). A nonzero return stops the listing and is
+ * returned by segstore_list. */
+typedef int (*segstore_list_fn)(void *ctx, const char *name, uint64_t size_bytes,
+                                int64_t mtime_ms);
+
+/* Lists the segment files of dir. Returns the number listed, cb's nonzero value, or -errno
+ * naming the dir. Files removed while listing are skipped. Thread-safe; blocking. */
+int segstore_list(const char *dir, segstore_list_fn cb, void *ctx);
+
+#endif
