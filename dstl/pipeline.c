@@ -34,10 +34,12 @@
 #include "dstl/segstore.h"
 
 /* Names reserved ahead of the segment being built, so a flush does not wait for a
- * directory fsync. Eight covers the segments in flight at typical load (a group commit has
- * one; a 10 ms persist-delay on a ~1 ms disk a couple) while leaving few empty files after a
- * crash. */
-#define RESERVE_AHEAD 8u
+ * directory fsync. Reservations are made in groups (one shared directory fsync per group)
+ * when fewer than RESERVE_LOW are left, up to RESERVE_HIGH: one reservation per flush would
+ * put a directory fsync next to every segment's fdatasync. 32 is a few seconds of segments
+ * at a 10 ms persist-delay and leaves at most 32 empty files after a crash. */
+#define RESERVE_LOW 8u
+#define RESERVE_HIGH 32u
 
 typedef struct batch {
     dstl_storage *s;
@@ -243,7 +245,8 @@ static void reserve_ahead(loop_state *ls)
     uint64_t next = s->next_seg_no;
     pthread_mutex_unlock(&s->mu);
     if (ls->reserved_upto < next) ls->reserved_upto = next;
-    while (ls->reserved_upto < next + RESERVE_AHEAD) {
+    if (ls->reserved_upto >= next + RESERVE_LOW) return;
+    while (ls->reserved_upto < next + RESERVE_HIGH) {
         char name[64];
         seg_name(s, ls->reserved_upto, name, sizeof name);
         if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */

@@ -1,0 +1,302 @@
+/*
+ * perf/bench_local.c — local-durability benchmarks; prints `name value unit` lines.
+ *
+ *   bench_local append DIR                 append path vs memcpy, 100-byte records, one thread
+ *   bench_local load DIR N SECONDS         N writers on up to 8 threads: append 1 KiB records,
+ *                                          persist all, wait, repeat (sustained throughput)
+ *   bench_local light DIR N SECONDS        N writers, each: a few records, persist, wait, 10 ms
+ *                                          pause (latency at light load)
+ *   bench_local commits DIR N SECONDS      N threads each: append one 100-byte record, persist,
+ *                                          wait (durable commits, persist-delay 0)
+ *
+ * Each mode runs in its own process (perf/run.sh), so peak RSS and CPU time are per mode.
+ * Every loop is bounded by SECONDS. Numbers only: nothing here asserts.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dstl.h"
+#include "dstl/histo.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+static double rss_mb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_local: %s: %s\n", what, dstl_last_error());
+    exit(1);
+}
+
+static dstl_storage *open_storage(const char *dir, const char *delay, const char *preempt)
+{
+    dstl_config *c;
+    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+        dstl_config_set(c, "dstl.durability", "local") < 0 ||
+        (delay && dstl_config_set(c, "dstl.batch.persist-delay", delay) < 0) ||
+        (preempt && dstl_config_set(c, "dstl.preemptive-persist-threshold", preempt) < 0))
+        die("config");
+    dstl_storage *s;
+    if (dstl_storage_open(c, &s) < 0) die("open");
+    dstl_config_free(c);
+    return s;
+}
+
+/* ---- append ---- */
+
+static int bench_append(const char *dir)
+{
+    enum { REC = 100 };
+    const size_t n = 1000000;   /* 100 MB of records: long enough to time, fits in memory */
+    uint8_t rec[REC];
+    memset(rec, 0xab, sizeof rec);
+
+    /* the peer: the same bytes copied as 100-byte records into fresh memory */
+    double best_memcpy = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        uint8_t *dst = malloc(n * REC);
+        double t0 = now_s();
+        for (size_t i = 0; i < n; i++) {
+            rec[0] = (uint8_t)i;
+            memcpy(dst + i * REC, rec, REC);
+        }
+        double t = now_s() - t0;
+        __asm__ volatile("" ::"r"(dst) : "memory");
+        free(dst);
+        if (n * REC / t > best_memcpy) best_memcpy = (double)(n * REC) / t;
+    }
+
+    /* The preemptive threshold is raised so nothing leaves for the disk mid-loop: this times
+     * the append path alone, as a state backend sees it between checkpoints. */
+    double best_append = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        dstl_storage *s = open_storage(dir, NULL, "4gb");
+        dstl_writer *w;
+        if (dstl_writer_open(s, "bench", 0, 127, &w) < 0) die("writer");
+        double t0 = now_s();
+        for (size_t i = 0; i < n; i++) {
+            rec[0] = (uint8_t)i;
+            if (dstl_append(w, (uint32_t)(i & 127), rec, REC) < 0) die("append");
+        }
+        double t = now_s() - t0;
+        if (n / t > best_append) best_append = (double)n / t;
+        dstl_truncate(w, dstl_writer_next_seq(w));
+        dstl_writer_close(w);
+        dstl_storage_close(s);
+    }
+    printf("append.records_s %.0f records/s\n", best_append);
+    printf("append.mb_s %.1f MB/s\n", best_append * REC / 1e6);
+    printf("memcpy_100b_mb_s %.1f MB/s\n", best_memcpy / 1e6);
+    printf("append.vs_memcpy %.3f x\n", best_append * REC / best_memcpy);
+    return 0;
+}
+
+/* ---- load / light ---- */
+
+typedef struct {
+    dstl_storage *s;
+    dstl_writer **w;
+    int nw;
+    double end;
+    int light;
+    size_t rec_len, recs_per_round;
+    uint64_t bytes;
+} load_job;
+
+static void *load_thread(void *arg)
+{
+    load_job *j = arg;
+    uint8_t rec[4096];
+    memset(rec, 0x5a, sizeof rec);
+    dstl_future **f = calloc((size_t)j->nw, sizeof *f);
+    uint64_t *from = calloc((size_t)j->nw, sizeof *from);
+    uint64_t cp = 0;
+    while (now_s() < j->end) {
+        for (int i = 0; i < j->nw; i++) {
+            for (size_t k = 0; k < j->recs_per_round; k++) {
+                rec[0] = (uint8_t)k;
+                if (dstl_append(j->w[i], (uint32_t)(k & 63), rec, j->rec_len) < 0) die("append");
+            }
+            j->bytes += j->recs_per_round * j->rec_len;
+            if (dstl_persist(j->w[i], from[i], cp, &f[i]) < 0) die("persist");
+        }
+        for (int i = 0; i < j->nw; i++) {
+            if (dstl_future_wait(f[i], -1) < 0) die("wait");
+            dstl_handle *h;
+            if (dstl_future_result(f[i], &h) < 0) die("persist result");
+            dstl_future_free(f[i]);
+            /* materialize at once: the log stays short, segments are deleted as they go */
+            dstl_handle_discard(j->s, h);
+            dstl_handle_free(h);
+            from[i] = dstl_writer_next_seq(j->w[i]);
+            dstl_truncate(j->w[i], from[i]);
+        }
+        cp++;
+        if (j->light) usleep(10000);
+    }
+    free(f);
+    free(from);
+    return NULL;
+}
+
+static int bench_load(const char *dir, int nwriters, double seconds, int light)
+{
+    dstl_storage *s = open_storage(dir, NULL, NULL);
+    int nthreads = nwriters < 8 ? nwriters : 8;
+    load_job *jobs = calloc((size_t)nthreads, sizeof *jobs);
+    pthread_t *th = calloc((size_t)nthreads, sizeof *th);
+    /* heavy: ~4 MiB per thread per round, spread over its writers; light: 4 records each */
+    size_t per_thread_round = 4u << 20;
+    for (int t = 0; t < nthreads; t++) {
+        load_job *j = &jobs[t];
+        j->s = s;
+        j->nw = nwriters / nthreads + (t < nwriters % nthreads);
+        j->w = calloc((size_t)j->nw, sizeof *j->w);
+        j->light = light;
+        j->rec_len = light ? 100 : 1024;
+        j->recs_per_round = light ? 4 : per_thread_round / j->rec_len / (size_t)j->nw;
+        if (j->recs_per_round == 0) j->recs_per_round = 1;
+        for (int i = 0; i < j->nw; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "t%d-w%d", t, i);
+            if (dstl_writer_open(s, id, 0, 63, &j->w[i]) < 0) die("writer");
+        }
+    }
+    double cpu0 = cpu_s(), t0 = now_s();
+    for (int t = 0; t < nthreads; t++) {
+        jobs[t].end = t0 + seconds;
+        pthread_create(&th[t], NULL, load_thread, &jobs[t]);
+    }
+    uint64_t bytes = 0;
+    for (int t = 0; t < nthreads; t++) {
+        pthread_join(th[t], NULL);
+        bytes += jobs[t].bytes;
+    }
+    double el = now_s() - t0, cpu = cpu_s() - cpu0;
+    dstl_stats st;
+    dstl_storage_stats(s, &st);
+    const char *pre = light ? "light" : "load";
+    printf("local.%s.w%d.mb_s %.1f MB/s\n", pre, nwriters, (double)bytes / el / 1e6);
+    printf("local.%s.w%d.persist_p50_us %" PRIu64 " us\n", pre, nwriters, st.persist_p50_us);
+    printf("local.%s.w%d.persist_p99_us %" PRIu64 " us\n", pre, nwriters, st.persist_p99_us);
+    printf("local.%s.w%d.persists_s %.0f persists/s\n", pre, nwriters, (double)st.persists / el);
+    printf("local.%s.w%d.segments_s %.0f segments/s\n", pre, nwriters, (double)st.segments_written / el);
+    printf("local.%s.w%d.cpu_us_per_mb %.1f us/MB\n", pre, nwriters, cpu * 1e6 / ((double)bytes / 1e6));
+    printf("local.%s.w%d.rss_peak_mb %.1f MB\n", pre, nwriters, rss_mb());
+    for (int t = 0; t < nthreads; t++) {
+        for (int i = 0; i < jobs[t].nw; i++) dstl_writer_close(jobs[t].w[i]);
+        free(jobs[t].w);
+    }
+    dstl_storage_close(s);
+    free(jobs);
+    free(th);
+    return 0;
+}
+
+/* ---- durable commits ---- */
+
+typedef struct {
+    dstl_storage *s;
+    int id;
+    double end;
+    uint64_t commits;
+    histo lat;
+} commit_job;
+
+static void *commit_thread(void *arg)
+{
+    commit_job *j = arg;
+    char id[16];
+    snprintf(id, sizeof id, "c%d", j->id);
+    dstl_writer *w;
+    if (dstl_writer_open(j->s, id, 0, 0, &w) < 0) die("writer");
+    uint8_t rec[100];
+    memset(rec, 0x33, sizeof rec);
+    while (now_s() < j->end) {
+        uint64_t from = dstl_writer_next_seq(w);
+        double t0 = now_s();
+        if (dstl_append(w, 0, rec, sizeof rec) < 0) die("append");
+        dstl_future *f;
+        if (dstl_persist(w, from, j->commits, &f) < 0) die("persist");
+        if (dstl_future_wait(f, -1) < 0) die("wait");
+        dstl_handle *h;
+        if (dstl_future_result(f, &h) < 0) die("commit");
+        dstl_future_free(f);
+        histo_add(&j->lat, (uint64_t)((now_s() - t0) * 1e6));
+        dstl_handle_discard(j->s, h);
+        dstl_handle_free(h);
+        dstl_truncate(w, dstl_writer_next_seq(w));
+        j->commits++;
+    }
+    dstl_writer_close(w);
+    return NULL;
+}
+
+static int bench_commits(const char *dir, int n, double seconds)
+{
+    dstl_storage *s = open_storage(dir, "0", NULL);
+    commit_job *jobs = calloc((size_t)n, sizeof *jobs);
+    pthread_t *th = calloc((size_t)n, sizeof *th);
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        jobs[i].s = s;
+        jobs[i].id = i;
+        jobs[i].end = t0 + seconds;
+        pthread_create(&th[i], NULL, commit_thread, &jobs[i]);
+    }
+    static histo all;
+    uint64_t commits = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        commits += jobs[i].commits;
+        for (size_t b = 0; b < sizeof all.count / sizeof all.count[0]; b++) all.count[b] += jobs[i].lat.count[b];
+        all.n += jobs[i].lat.n;
+        if (jobs[i].lat.max > all.max) all.max = jobs[i].lat.max;
+    }
+    double el = now_s() - t0;
+    dstl_stats st;
+    dstl_storage_stats(s, &st);
+    printf("local.commits_s_w%d %.0f commits/s\n", n, (double)commits / el);
+    printf("local.commit_p50_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.5));
+    printf("local.commit_p99_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.99));
+    printf("local.commit_segments_s_w%d %.0f segments/s\n", n, (double)st.segments_written / el);
+    dstl_storage_close(s);
+    free(jobs);
+    free(th);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "append")) return bench_append(argv[2]);
+    if (argc == 5 && !strcmp(argv[1], "load")) return bench_load(argv[2], atoi(argv[3]), atof(argv[4]), 0);
+    if (argc == 5 && !strcmp(argv[1], "light")) return bench_load(argv[2], atoi(argv[3]), atof(argv[4]), 1);
+    if (argc == 5 && !strcmp(argv[1], "commits")) return bench_commits(argv[2], atoi(argv[3]), atof(argv[4]));
+    fprintf(stderr, "usage: bench_local append DIR | load DIR N S | light DIR N S | commits DIR N S\n");
+    return 2;
+}
