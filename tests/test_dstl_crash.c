@@ -1,8 +1,8 @@
 /*
  * Crash: a child persisting heavily is killed with SIGKILL at random moments; afterwards
  * every handle it reported complete reads back exactly, and gc with those handles as the
- * live set leaves exactly the segments they reference (tests/tools/crash_child.c does the
- * work in both halves). 30 trials in `make test`, 300 in `make soak` (DSTL_SOAK=1); the
+ * live set leaves exactly the segments they reference: `dstl gc` sweeps, and
+ * tests/tools/crash_child.c runs the child and checks before and after. 30 trials in `make test`, 300 in `make soak` (DSTL_SOAK=1); the
  * engines take turns.
  */
 #include <criterion/criterion.h>
@@ -23,6 +23,12 @@ static const char *tool(void)
     const char *d = getenv("DSTL_TEST_TOOLS");
     snprintf(path, sizeof path, "%s/crash_child", d && *d ? d : "build/tools");
     return path;
+}
+
+static const char *bin(void)
+{
+    const char *b = getenv("DSTL_TEST_BIN");
+    return b && *b ? b : "build/dstl";
 }
 
 static pid_t spawn(char *const argv[])
@@ -69,6 +75,19 @@ Test(dstl_crash, sigkill_at_random_moments_loses_nothing_acknowledged, .timeout 
         int rc = wait_exit(spawn(ver));
         cr_assert_eq(rc, 0, "trial %d (engine %s, seed %s): verification failed; data kept in %s", t,
                      engines[t % 3], seed, dir);
+        /* the operator's sweep: `dstl gc DIR --live <handle files>` */
+        char cmd[16384];
+        int n = snprintf(cmd, sizeof cmd, "'%s' gc '%s' --min-age 0 --live", bin(), data);
+        for (int w = 0; w < 4; w++) {
+            char hf[4300];
+            snprintf(hf, sizeof hf, "%s/w%d.handle", handles, w);
+            if (access(hf, R_OK) == 0) n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", hf);
+        }
+        snprintf(cmd + n, sizeof cmd - (size_t)n, " > '%s/gc.out' 2>&1", dir);
+        cr_assert_eq(system(cmd), 0, "trial %d: %s failed (see %s/gc.out)", t, cmd, dir);
+        char *exact[] = {(char *)tool(), "exact", data, handles, NULL};
+        rc = wait_exit(spawn(exact));
+        cr_assert_eq(rc, 0, "trial %d: after dstl gc the dir is not exactly the live set; data kept in %s", t, dir);
         t_rm_rf(dir);
         free(dir);
     }

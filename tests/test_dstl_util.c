@@ -1,0 +1,56 @@
+/*
+ * Small components: the u64 hash map (registry) and the latency histogram (stats).
+ */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "dstl/histo.h"
+#include "dstl/u64map.h"
+#include "tests/helpers.h"
+
+Test(dstl_u64map, put_get_delete_against_a_model)
+{
+    enum { N = 20000 };
+    static uint8_t present[N];
+    static int vals[N];
+    u64map m;
+    u64map_init(&m);
+    uint64_t rnd = 42;
+    for (int step = 0; step < 200000; step++) {
+        uint64_t k = t_rand(&rnd) % N;
+        int op = (int)(t_rand(&rnd) % 3);
+        if (op == 0) {
+            cr_assert_eq(u64map_put(&m, k * 0x100000001ull, &vals[k]), 0);
+            present[k] = 1;
+        } else if (op == 1) {
+            void *v = u64map_del(&m, k * 0x100000001ull);
+            cr_assert_eq(v, present[k] ? (void *)&vals[k] : NULL);
+            present[k] = 0;
+        } else {
+            cr_assert_eq(u64map_get(&m, k * 0x100000001ull), present[k] ? (void *)&vals[k] : NULL);
+        }
+    }
+    size_t n = 0, want = 0;
+    for (size_t i = u64map_next(&m, 0); i < m.cap; i = u64map_next(&m, i + 1)) n++;
+    for (int k = 0; k < N; k++) want += present[k];
+    cr_expect_eq(n, want);
+    cr_expect_eq(m.len, want);
+    u64map_destroy(&m);
+}
+
+Test(dstl_histo, quantiles_within_one_sixteenth)
+{
+    static histo h;
+    for (uint64_t v = 1; v <= 100000; v++) histo_add(&h, v);
+    uint64_t p50 = histo_quantile(&h, 0.5), p99 = histo_quantile(&h, 0.99);
+    cr_expect(p50 >= 50000 && p50 <= 50000 + 50000 / 16 + 1, "p50 %lu", (unsigned long)p50);
+    cr_expect(p99 >= 99000 && p99 <= 99000 + 99000 / 16 + 1, "p99 %lu", (unsigned long)p99);
+    cr_expect_eq(histo_quantile(&h, 1.0), 100000);
+    cr_expect_eq(h.max, 100000);
+    static histo e;
+    cr_expect_eq(histo_quantile(&e, 0.99), 0);
+    static histo small;
+    histo_add(&small, 3);
+    cr_expect_eq(histo_quantile(&small, 0.5), 3);
+}
