@@ -38,7 +38,7 @@ PKGS       := libcurl openssl liburing libprotobuf-c libxml-2.0 liblz4 libzstd
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
 CFLAGS   ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) $(SANFLAGS) \
-             -Iinclude -I. -I$(B)/gen -DDSTL_VERSION='"$(VERSION)"' \
+             $(TEST_INC) -Iinclude -I. -I$(B)/gen -DDSTL_VERSION='"$(VERSION)"' \
              $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 LIBS      = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -laio -lpthread -lm
 LDFLAGS_ALL = $(SANFLAGS) $(LDFLAGS)
@@ -61,8 +61,23 @@ PERF_SRCS  := $(wildcard perf/*.c)
 PERF_BINS  := $(PERF_SRCS:perf/%.c=$(B)/perf/%)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
 
+# Criterion 2.4 cannot start under TSan (its boxfort arena mmaps where TSan's shadow lives,
+# upstream Criterion #274), so the thread variant builds the same test sources against the
+# Criterion-compatible shim in tests/shim: its headers first on the tests' include path, its
+# runner linked instead of -lcriterion.
+ifeq ($(SANITIZE),thread)
+$(B)/obj/tests/%.o: TEST_INC := -Itests/shim
+TEST_RUNNER := $(B)/obj/tests/shim/shim_runner.o
+TEST_LINK   := $(TEST_RUNNER)
+else
+TEST_RUNNER :=
+TEST_LINK   := -lcriterion
+endif
+
 .PHONY: all deps lib test run perf fuzz soak install clean
 .DELETE_ON_ERROR:
+# Objects are intermediate files to make; keep them so a relink does not recompile.
+.SECONDARY:
 
 all: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl $(TEST_BINS) $(TOOL_BINS) $(PERF_BINS)
 
@@ -98,9 +113,9 @@ $(B)/libdstl.so: $(LIB_OBJS) dstl/libdstl.map
 $(B)/dstl: $(CMD_OBJS) $(B)/libdstl.a
 	$(CC) $(LDFLAGS_ALL) -o $@ $(CMD_OBJS) $(B)/libdstl.a $(LIBS)
 
-$(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(B)/libdstl.a
+$(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) -lcriterion
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
 
 $(B)/tools/%: $(B)/obj/tests/tools/%.o $(B)/libdstl.a
 	@mkdir -p $(@D)

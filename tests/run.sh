@@ -68,10 +68,10 @@ for t in "${bins[@]}"; do
   syn=$(grep 'Synthesis:' "$log" | tail -n 1)
   p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$syn"); p=${p:-0}
   f=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$syn"); f=${f:-0}
-  c=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$syn"); c=${c:-0}
-  passed=$((passed + p)); failed=$((failed + f + c))
+  # Criterion counts crashes among the failures already.
+  passed=$((passed + p)); failed=$((failed + f))
   if [ $rc -ne 0 ] || [ -z "$syn" ]; then
-    if [ $((f + c)) -eq 0 ]; then failed=$((failed + 1)); fi
+    if [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
     bad+=("$name (exit $rc)")
     echo "--- $name exited $rc; last lines:"; tail -n 40 "$log"
   fi
