@@ -88,7 +88,7 @@ $(DEPS_STAMP): scripts/deps.sh
 
 lib: $(B)/libdstl.a $(B)/libdstl.so
 
-$(GEN_C) $(GEN_H): $(PROTO) | $(DEPS_STAMP)
+$(GEN_C) $(GEN_H) &: $(PROTO) | $(DEPS_STAMP)
 	@mkdir -p $(B)/gen
 	protoc-c --c_out=$(B)/gen $(PROTO)
 

@@ -1,0 +1,209 @@
+/*
+ * wire/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as iSCSI and ext4.
+ *
+ * Why: every byte DSTL stores is covered by a CRC32C, and the segment encoder checksums every
+ * persisted byte, so this must run near memory speed. Two implementations:
+ *   - hardware: the SSE4.2 crc32 instruction. It has a latency of 3 cycles and a throughput
+ *     of 1 per cycle, so long buffers are cut into three lanes computed in one loop and
+ *     joined with a carry-less multiply (PCLMULQDQ) that shifts a CRC over a lane's length.
+ *   - portable: slicing-by-8 tables, for CPUs without SSE4.2 (and as the reference in tests).
+ * Both take and return the finished CRC (pre- and post-inverted inside), so a CRC over a||b
+ * is wire_crc32c(wire_crc32c(0, a, n), b, m).
+ *
+ * Threads: any. The tables and the CPU dispatch are set up once (pthread_once) and read-only.
+ *
+ * The lane join: for the raw (non-inverted) register, crc(A||B) = shift(crc(A), |B|) ^
+ * crc0(B), where crc0 starts from 0. shift(c, L) multiplies c by x^(8L) modulo P; with
+ * reflected operands, clmul(c, K) is c*K*x, and the crc32 instruction on that 64-bit product
+ * (from 0) multiplies by x^32 and reduces, so K = x^(8L - 33) mod P. The same shift, applied
+ * per set bit of a length, makes wire_crc32c_combine cost a few multiplies, which lets the
+ * encoder derive a section's CRC from its runs' CRCs instead of reading the section again.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "wire/wire_int.h"
+
+#define POLY 0x82f63b78u   /* reflected Castagnoli */
+
+static uint32_t table[8][256];
+
+/* a * b modulo P, both reflected (bit 31 is x^0). */
+static uint32_t multmodp(uint32_t a, uint32_t b)
+{
+    uint32_t m = 1u << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^n modulo P, reflected. */
+static uint32_t xpow(uint64_t n)
+{
+    uint32_t p = 1u << 31;      /* x^0 */
+    uint32_t sq = 1u << 30;     /* x^1, squared at each bit of n */
+    while (n) {
+        if (n & 1) p = multmodp(sq, p);
+        sq = multmodp(sq, sq);
+        n >>= 1;
+    }
+    return p;
+}
+
+static void init_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ POLY : c >> 1;
+        table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            table[t][i] = (table[t - 1][i] >> 8) ^ table[0][table[t - 1][i] & 0xff];
+}
+
+static uint32_t crc_portable_raw(uint32_t c, const uint8_t *p, size_t n)
+{
+    while (n && ((uintptr_t)p & 7)) { c = (c >> 8) ^ table[0][(c ^ *p++) & 0xff]; n--; }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= c;
+        c = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
+            table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^
+            table[2][(w >> 40) & 0xff] ^ table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = (c >> 8) ^ table[0][(c ^ *p++) & 0xff];
+    return c;
+}
+
+/* The implementation in use, chosen once by init_once. */
+static uint32_t (*crc_raw)(uint32_t, const uint8_t *, size_t) = crc_portable_raw;
+
+/* ---- hardware ---- */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* Lane lengths of the three-way loop, longest first. The join costs about 10 cycles, so a
+ * lane of 2 KiB makes it ~1% of a 6 KiB round; 256 B lanes take over for shorter tails (a
+ * key-group run is often a few KiB); below three of those a single lane is faster. */
+static const size_t lane_len[2] = {2048, 256};
+static uint64_t lane_k[2];   /* x^(8L - 33) mod P for each lane length */
+static int have_clmul;
+
+__attribute__((target("sse4.2,pclmul")))
+static inline uint32_t shift_hw(uint32_t c, uint64_t k)
+{
+    __m128i prod = _mm_clmulepi64_si128(_mm_cvtsi32_si128((int)c), _mm_cvtsi64_si128((long long)k), 0);
+    return (uint32_t)_mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(prod));
+}
+
+__attribute__((target("sse4.2")))
+static uint32_t crc_hw_1lane(uint32_t c, const uint8_t *p, size_t n)
+{
+    uint64_t c64 = c;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c64 = _mm_crc32_u64(c64, w);
+        p += 8;
+        n -= 8;
+    }
+    c = (uint32_t)c64;
+    while (n--) c = _mm_crc32_u8(c, *p++);
+    return c;
+}
+
+/* c shifted over n zero bytes: c * x^(8n) mod P, one multiply per set bit of n >= 8. */
+static uint64_t shift_k[64];   /* x^(8 * 2^k - 33) mod P, for k >= 3 */
+
+__attribute__((target("sse4.2,pclmul")))
+static uint32_t shift_bytes_hw(uint32_t c, uint64_t n)
+{
+    for (uint64_t r = n & 7; r; r--) c = _mm_crc32_u8(c, 0);
+    n >>= 3;
+    for (int k = 3; n; k++, n >>= 1)
+        if (n & 1) c = shift_hw(c, shift_k[k]);
+    return c;
+}
+
+__attribute__((target("sse4.2,pclmul")))
+static uint32_t crc_hw_3lane(uint32_t c, const uint8_t *p, size_t n)
+{
+    for (int t = 0; t < 2; t++) {
+        size_t L = lane_len[t];
+        while (n >= 3 * L) {
+            uint64_t c0 = c, c1 = 0, c2 = 0;
+            const uint8_t *q = p;
+            for (size_t i = 0; i < L; i += 8, q += 8) {
+                uint64_t w0, w1, w2;
+                memcpy(&w0, q, 8);
+                memcpy(&w1, q + L, 8);
+                memcpy(&w2, q + 2 * L, 8);
+                c0 = _mm_crc32_u64(c0, w0);
+                c1 = _mm_crc32_u64(c1, w1);
+                c2 = _mm_crc32_u64(c2, w2);
+            }
+            c = shift_hw((uint32_t)c0, lane_k[t]) ^ (uint32_t)c1;
+            c = shift_hw(c, lane_k[t]) ^ (uint32_t)c2;
+            p += 3 * L;
+            n -= 3 * L;
+        }
+    }
+    return crc_hw_1lane(c, p, n);
+}
+#endif
+
+/* ---- dispatch ---- */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void init_once(void)
+{
+    init_tables();
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        if (__builtin_cpu_supports("pclmul")) {
+            for (int t = 0; t < 2; t++) {
+                /* x^(8L-33) as a reflected 32-bit value, placed in the low 32 bits */
+                lane_k[t] = xpow(8 * (uint64_t)lane_len[t] - 33);
+            }
+            for (int k = 3; k < 64; k++) shift_k[k] = xpow(8 * ((uint64_t)1 << k) - 33);
+            crc_raw = crc_hw_3lane;
+            have_clmul = 1;
+        } else {
+            crc_raw = crc_hw_1lane;
+        }
+    }
+#endif
+}
+
+uint32_t wire_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    pthread_once(&once, init_once);
+    return ~crc_raw(~crc, buf, len);
+}
+
+uint32_t wire_crc32c_portable(uint32_t crc, const void *buf, size_t len)
+{
+    pthread_once(&once, init_once);
+    return ~crc_portable_raw(~crc, buf, len);
+}
+
+uint32_t wire_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
+{
+    pthread_once(&once, init_once);
+#if defined(__x86_64__)
+    if (have_clmul) return shift_bytes_hw(crc1, len2) ^ crc2;
+#endif
+    return multmodp(xpow(8 * len2), crc1) ^ crc2;
+}

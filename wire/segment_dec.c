@@ -1,0 +1,301 @@
+/*
+ * wire/segment_dec.c — opens a segment: header, trailer, footer index (FORMAT.md).
+ *
+ * A reader fetches the fixed-size trailer (last 32 bytes), learns where the footer is, fetches
+ * and parses the footer into a wire_index, and then reads only the sections — or, for
+ * uncompressed sections, only the key-group runs — it needs (wire_section_range). Everything
+ * that a later step trusts is checked here: CRCs, version, and every offset, length and count
+ * against the bytes that exist, so the iterator (wire/iter.c) can index without re-checking.
+ *
+ * Pure; any thread; a wire_index is immutable after parsing and may be shared read-only.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "wire/dstl.pb-c.h"
+#include "wire/wire_int.h"
+
+struct wire_index {
+    Dstl__SegmentFooter *pb;     /* owns the strings the infos point to */
+    wire_section_info *secs;
+    wire_kg_run *runs;
+    size_t nsecs;
+};
+
+#define ULL(x) ((unsigned long long)(x))
+
+int wire_trailer_parse(const void *trailer, size_t len, uint64_t object_len,
+                       uint64_t *footer_offset, uint32_t *footer_len, uint32_t *footer_crc,
+                       wire_err *err)
+{
+    if (!trailer || len < WIRE_SEG_TRAILER_LEN || object_len < WIRE_SEG_TRAILER_LEN)
+        return wire_fail(err, DSTL_ECORRUPT, "segment of %llu bytes: no room for a %u-byte trailer",
+                         ULL(object_len), WIRE_SEG_TRAILER_LEN);
+    const uint8_t *t = (const uint8_t *)trailer + len - WIRE_SEG_TRAILER_LEN;
+    uint64_t at = object_len - WIRE_SEG_TRAILER_LEN;
+    if (memcmp(t + 24, WIRE_TRL_MAGIC, 8) != 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: no trailer magic (torn or not a segment)",
+                         ULL(at + 24));
+    uint32_t crc = wire_crc32c(0, t + 4, WIRE_SEG_TRAILER_LEN - 4);
+    if (crc != wire_le32(t))
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: trailer CRC32C %08x, computed %08x",
+                         ULL(at), wire_le32(t), crc);
+    uint16_t version = wire_le16(t + 4), flags = wire_le16(t + 6);
+    if (version != WIRE_VERSION)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: format version %u, this reader knows %u",
+                         ULL(at + 4), version, WIRE_VERSION);
+    if (flags != 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: unknown trailer flags %#x",
+                         ULL(at + 6), flags);
+    uint64_t foff = wire_le64(t + 8);
+    uint32_t flen = wire_le32(t + 16);
+    if (object_len < 2 * WIRE_SEG_HEADER_LEN || foff < WIRE_SEG_HEADER_LEN || flen == 0 ||
+        foff > at || flen != at - foff)
+        return wire_fail(err, DSTL_ECORRUPT,
+                         "segment offset %llu: footer [%llu, +%u) does not end at the trailer (%llu)",
+                         ULL(at + 8), ULL(foff), flen, ULL(at));
+    *footer_offset = foff;
+    *footer_len = flen;
+    *footer_crc = wire_le32(t + 20);
+    return 0;
+}
+
+/* Checks one section's key-group runs and fills their wire_kg_run copies. */
+static int check_runs(const Dstl__Section *s, size_t i, wire_kg_run *runs, wire_err *err)
+{
+    uint64_t off = 0, count = 0;
+    int have_data = 0;
+    uint32_t prev_kg = 0;
+    for (size_t r = 0; r < s->n_runs; r++) {
+        const Dstl__KeyGroupRun *k = s->runs[r];
+        const char *bad = NULL;
+        if (k->offset != off) bad = "does not start where the previous run ends";
+        else if (k->len > s->raw_len - off) bad = "runs past the raw length";
+        else if (k->count == 0 || k->count > k->len / 2) bad = "has an implausible record count";
+        else if (k->is_meta && (r != s->n_runs - 1 || k->key_group != 0)) bad = "is a misplaced meta run";
+        else if (!k->is_meta && have_data && k->key_group <= prev_kg) bad = "is out of key-group order";
+        if (bad)
+            return wire_fail(err, DSTL_ECORRUPT,
+                             "footer section %zu (%s) at segment offset %llu: run %zu (kg %u, raw offset %llu) %s",
+                             i, s->writer_id, ULL(s->offset), r, k->key_group, ULL(k->offset), bad);
+        if (!k->is_meta) {
+            have_data = 1;
+            prev_kg = k->key_group;
+        }
+        off += k->len;
+        count += k->count;
+        runs[r] = (wire_kg_run){.key_group = k->key_group, .is_meta = k->is_meta, .offset = k->offset,
+                                .len = k->len, .count = k->count, .crc = k->crc32c};
+    }
+    const char *bad = NULL;
+    if (off != s->raw_len) bad = "runs do not cover the raw length";
+    else if (count != s->record_count) bad = "run counts do not add up to the record count";
+    else if (s->data_bytes > s->raw_len - 2 * count) bad = "data bytes exceed the raw body";
+    else if (have_data ? (s->runs[0]->key_group != s->kg_first || prev_kg != s->kg_last)
+                       : s->kg_first <= s->kg_last)
+        bad = "key-group range does not match its runs";
+    if (bad)
+        return wire_fail(err, DSTL_ECORRUPT, "footer section %zu (%s) at segment offset %llu: %s", i,
+                         s->writer_id, ULL(s->offset), bad);
+    return 0;
+}
+
+/* Checks one section's fields against the segment; *pos is where it must start. */
+static int check_section(const Dstl__Section *s, size_t i, uint64_t *pos, uint64_t footer_offset,
+                         wire_err *err)
+{
+    const char *bad = NULL;
+    if (!s->writer_id[0]) bad = "empty writer id";
+    else if (s->offset != *pos) bad = "does not start where the previous section ends";
+    else if (s->stored_len == 0 || s->stored_len > footer_offset - *pos) bad = "stored bytes run past the footer";
+    else if (s->seq_end <= s->seq_first || s->record_count != s->seq_end - s->seq_first)
+        bad = "seq range does not match the record count";
+    else if (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_NONE || s->key_id[0] || s->nonce.len || s->tag.len)
+        bad = "is encrypted (format version 1 readers cannot decrypt)";
+    else if (s->compression == DSTL__COMPRESSION__COMPRESSION_NONE ? s->raw_len != s->stored_len
+             : (s->compression != DSTL__COMPRESSION__COMPRESSION_LZ4 &&
+                s->compression != DSTL__COMPRESSION__COMPRESSION_ZSTD))
+        bad = "has an unknown compression or a raw length != stored length";
+    else if (s->compression != DSTL__COMPRESSION__COMPRESSION_NONE &&
+             !wire_codec_ratio_ok(s->compression, s->stored_len, s->raw_len))
+        bad = "has an implausible raw length for its compressed size";
+    else if (s->n_runs == 0 || s->record_count > s->raw_len / 2) bad = "has no runs or too many records";
+    if (bad)
+        return wire_fail(err, DSTL_ECORRUPT, "footer section %zu at segment offset %llu: %s", i,
+                         ULL(s->offset), bad);
+    *pos += s->stored_len;
+    return 0;
+}
+
+int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
+                     uint64_t object_len, wire_index **out, wire_err *err)
+{
+    if (!footer || !out)
+        return wire_fail(err, -EINVAL, "footer parse: NULL argument");
+    if (footer_offset < WIRE_SEG_HEADER_LEN || object_len < WIRE_SEG_TRAILER_LEN ||
+        footer_offset > object_len - WIRE_SEG_TRAILER_LEN ||
+        len != object_len - WIRE_SEG_TRAILER_LEN - footer_offset)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer of %zu bytes does not fit an object of %llu",
+                         ULL(footer_offset), len, ULL(object_len));
+    uint32_t crc = wire_crc32c(0, footer, len);
+    if (crc != footer_crc)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer CRC32C %08x, computed %08x",
+                         ULL(footer_offset), footer_crc, crc);
+    Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, len, footer);
+    if (!f)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer does not parse as protobuf",
+                         ULL(footer_offset));
+    wire_index *ix = calloc(1, sizeof *ix);
+    int rc = -ENOMEM;
+    if (!ix) goto fail;
+    ix->pb = f;
+    if (f->format_version != WIRE_VERSION || !f->run_id[0] || f->n_sections == 0) {
+        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer version %u, run id '%s', %zu sections",
+                       ULL(footer_offset), f->format_version, f->run_id, f->n_sections);
+        goto fail;
+    }
+    size_t nruns = 0;
+    uint64_t pos = WIRE_SEG_HEADER_LEN;
+    for (size_t i = 0; i < f->n_sections; i++) {
+        if ((rc = check_section(f->sections[i], i, &pos, footer_offset, err)) < 0) goto fail;
+        nruns += f->sections[i]->n_runs;
+    }
+    if (pos != footer_offset) {
+        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sections end at %llu, not at the footer",
+                       ULL(footer_offset), ULL(pos));
+        goto fail;
+    }
+    rc = -ENOMEM;
+    ix->secs = calloc(f->n_sections, sizeof *ix->secs);
+    ix->runs = calloc(nruns, sizeof *ix->runs);
+    if (!ix->secs || !ix->runs) goto fail;
+    ix->nsecs = f->n_sections;
+    wire_kg_run *runs = ix->runs;
+    for (size_t i = 0; i < f->n_sections; i++) {
+        const Dstl__Section *s = f->sections[i];
+        if ((rc = check_runs(s, i, runs, err)) < 0) goto fail;
+        ix->secs[i] = (wire_section_info){
+            .writer_id = s->writer_id, .seq_first = s->seq_first, .seq_end = s->seq_end,
+            .nrec = s->record_count, .data_bytes = s->data_bytes, .kg_first = s->kg_first,
+            .kg_last = s->kg_last, .offset = s->offset, .stored_len = s->stored_len,
+            .raw_len = s->raw_len, .crc = s->crc32c, .compression = (int)s->compression,
+            .runs = runs, .nruns = s->n_runs};
+        runs += s->n_runs;
+    }
+    *out = ix;
+    return 0;
+fail:
+    if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "footer parse: out of memory");
+    if (ix) wire_index_free(ix);
+    else dstl__segment_footer__free_unpacked(f, NULL);
+    return rc;
+}
+
+void wire_index_free(wire_index *ix)
+{
+    if (!ix) return;
+    if (ix->pb) dstl__segment_footer__free_unpacked(ix->pb, NULL);
+    free(ix->secs);
+    free(ix->runs);
+    free(ix);
+}
+
+const char *wire_index_run_id(const wire_index *ix) { return ix->pb->run_id; }
+uint64_t wire_index_segment_no(const wire_index *ix) { return ix->pb->segment_no; }
+uint64_t wire_index_created_ms(const wire_index *ix) { return ix->pb->created_ms; }
+size_t wire_index_nsections(const wire_index *ix) { return ix->nsecs; }
+const wire_section_info *wire_index_section(const wire_index *ix, size_t i)
+{
+    return i < ix->nsecs ? &ix->secs[i] : NULL;
+}
+
+/* The fixed header: magic, version, flags, segment number, CRC. */
+static int header_parse(const uint8_t *h, uint64_t *segment_no, wire_err *err)
+{
+    if (memcmp(h, WIRE_SEG_MAGIC, 8) != 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 0: no header magic (not a segment)");
+    uint32_t crc = wire_crc32c(0, h, 28);
+    if (crc != wire_le32(h + 28))
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 28: header CRC32C %08x, computed %08x",
+                         wire_le32(h + 28), crc);
+    if (wire_le16(h + 8) != WIRE_VERSION)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 8: format version %u, this reader knows %u",
+                         wire_le16(h + 8), WIRE_VERSION);
+    if (wire_le16(h + 10) != 0 || wire_le32(h + 12) != 0 || wire_le32(h + 24) != 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 10: unknown header flags or reserved bytes");
+    *segment_no = wire_le64(h + 16);
+    return 0;
+}
+
+int wire_segment_open(const void *buf, size_t len, wire_index **out, wire_err *err)
+{
+    if (!buf || !out) return wire_fail(err, -EINVAL, "segment open: NULL argument");
+    const uint8_t *b = buf;
+    uint64_t foff = 0, segment_no = 0;
+    uint32_t flen = 0, fcrc = 0;
+    if (len < WIRE_SEG_HEADER_LEN + WIRE_SEG_TRAILER_LEN)
+        return wire_fail(err, DSTL_ECORRUPT, "segment of %zu bytes is shorter than header + trailer", len);
+    int rc = header_parse(b, &segment_no, err);
+    if (rc == 0) rc = wire_trailer_parse(b, len, len, &foff, &flen, &fcrc, err);
+    if (rc < 0) return rc;
+    wire_index *ix;
+    if ((rc = wire_index_parse(b + foff, flen, fcrc, foff, len, &ix, err)) < 0) return rc;
+    uint64_t footer_no = ix->pb->segment_no;
+    if (footer_no != segment_no) {
+        wire_index_free(ix);
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 16: header segment number %llu, footer %llu",
+                         ULL(segment_no), ULL(footer_no));
+    }
+    *out = ix;
+    return 0;
+}
+
+/* ---- which bytes a key-group range needs ---- */
+
+int wire_section_ranges(const wire_section_info *sec, uint32_t kg_first, uint32_t kg_last,
+                        uint64_t off[2], uint64_t len[2])
+{
+    if (sec->compression != WIRE_COMP_NONE) {
+        off[0] = 0;
+        len[0] = sec->stored_len;
+        return 1;
+    }
+    int n = 0;
+    size_t first = sec->nruns, last = 0;
+    for (size_t r = 0; r < sec->nruns; r++) {
+        const wire_kg_run *k = &sec->runs[r];
+        if (!k->is_meta && k->key_group >= kg_first && k->key_group <= kg_last) {
+            if (first == sec->nruns) first = r;
+            last = r;
+        }
+    }
+    if (first < sec->nruns) {
+        off[0] = sec->runs[first].offset;
+        len[0] = sec->runs[last].offset + sec->runs[last].len - off[0];
+        n = 1;
+    }
+    const wire_kg_run *m = sec->nruns ? &sec->runs[sec->nruns - 1] : NULL;
+    if (m && m->is_meta) {
+        if (n && off[0] + len[0] == m->offset) {
+            len[0] += m->len;
+        } else {
+            off[n] = m->offset;
+            len[n] = m->len;
+            n++;
+        }
+    }
+    return n;
+}
+
+void wire_section_range(const wire_section_info *sec, uint32_t kg_first, uint32_t kg_last,
+                        uint64_t *off, uint64_t *len)
+{
+    uint64_t o[2], l[2];
+    int n = wire_section_ranges(sec, kg_first, kg_last, o, l);
+    if (n == 0) {
+        *off = *len = 0;
+    } else {
+        *off = o[0];
+        *len = o[n - 1] + l[n - 1] - o[0];
+    }
+}

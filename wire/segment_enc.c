@@ -1,0 +1,444 @@
+/*
+ * wire/segment_enc.c — builds a segment (FORMAT.md) from the writers' pending records.
+ *
+ * This runs for every persisted byte, so each section is built with a counting sort by key
+ * group straight into the output buffer:
+ *   pass 1 (scan)  walks the record headers: count, payload bytes, key-group min/max;
+ *   pass 2 (count) sizes each key-group run (the framing's varints depend on the seq gaps);
+ *   pass 3 (copy)  writes each record's framing and payload at its run's cursor.
+ * Then each run's CRC32C, over the run just written (in cache; three-lane hardware CRC), and
+ * the section's CRC joined from the runs' CRCs (wire_crc32c_combine) instead of a second
+ * pass. (A CRC per record inside the copy loop was slower: each is a serial chain of crc32
+ * instructions.) Compression (when asked) works from a scratch copy of the raw body in the
+ * tail of the output buffer. The footer is sized before the sections are written, so the
+ * output is allocated once, at its final size (or the codec bound), and packed last.
+ *
+ * Key groups index the per-run counters directly when their range is small next to the
+ * record count (the usual case: a task owns a contiguous range of key groups); otherwise the
+ * distinct key groups are sorted and looked up by binary search, so the counters' memory is
+ * always proportional to the records, never to the key-group values.
+ *
+ * Pure; any thread; the inputs are only read.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "wire/dstl.pb-c.h"
+#include "wire/wire_int.h"
+
+typedef struct {
+    uint64_t count;     /* records */
+    uint64_t bytes;     /* framed bytes */
+    uint64_t expect;    /* seq (relative to the section) the next record's delta counts from */
+    uint64_t off;       /* run start in the raw body */
+    uint64_t cursor;    /* next write position in the raw body */
+    uint32_t crc;
+} kg_slot;
+
+typedef struct {
+    uint64_t ndata, nmeta, data_bytes, raw_len;
+    uint32_t kg_min, kg_max;
+    uint32_t *uniq;     /* sparse key groups: sorted distinct values, else NULL */
+    size_t nuniq;
+    kg_slot *slots;     /* data slots, then the meta slot last */
+    size_t nslots;
+    size_t nruns;
+} sec_plan;
+
+/* Walks one section's records: `hdr` points at each record header in turn and `i` counts them
+ * (the seq relative to the section). A macro, so that each pass compiles to one tight loop
+ * (the passes are the encoder's whole cost). Only after scan_section has validated the spans. */
+#define FOR_EACH_RECORD(s, hdr, i, ...)                                                      \
+    do {                                                                                     \
+        uint64_t i = 0;                                                                      \
+        for (size_t sp_ = 0; sp_ < (s)->nspans; sp_++) {                                     \
+            const uint8_t *hdr = (s)->spans[sp_].p;                                          \
+            const uint8_t *end_ = hdr + (s)->spans[sp_].len;                                 \
+            while (hdr < end_) {                                                             \
+                __VA_ARGS__;                                                                 \
+                hdr += wire_rec_size(wire_le32(hdr) & WIRE_REC_MAX_LEN);                     \
+                i++;                                                                         \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static size_t slot_of(const sec_plan *pl, uint32_t lf, uint32_t kg)
+{
+    if (lf & WIRE_REC_META) return pl->nslots - 1;
+    if (!pl->uniq) return kg - pl->kg_min;
+    size_t lo = 0, hi = pl->nuniq;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (pl->uniq[mid] <= kg) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Pass 1: validates the spans (whole records, count == nrec) and sizes the slot table. */
+static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
+{
+    if (!s->writer_id || !s->writer_id[0])
+        return wire_fail(err, -EINVAL, "section %zu: empty writer id", si);
+    if (s->nrec == 0 || s->seq_first + s->nrec < s->seq_first)
+        return wire_fail(err, -EINVAL, "section %zu (%s): bad record count %llu at seq %llu", si,
+                         s->writer_id, (unsigned long long)s->nrec,
+                         (unsigned long long)s->seq_first);
+    uint64_t n = 0;
+    pl->kg_min = UINT32_MAX;
+    pl->kg_max = 0;
+    for (size_t sp = 0; sp < s->nspans; sp++) {
+        const uint8_t *p = s->spans[sp].p, *end = p + s->spans[sp].len;
+        while (p < end) {
+            uint32_t lf = (size_t)(end - p) >= WIRE_REC_HDR ? wire_le32(p) : 0;
+            size_t len = lf & WIRE_REC_MAX_LEN;
+            if ((size_t)(end - p) < WIRE_REC_HDR || wire_rec_size(len) > (size_t)(end - p))
+                return wire_fail(err, -EINVAL, "section %zu (%s) span %zu offset %zu: torn record",
+                                 si, s->writer_id, sp, (size_t)(p - s->spans[sp].p));
+            if (lf & WIRE_REC_META) {
+                pl->nmeta++;
+            } else {
+                uint32_t kg = wire_le32(p + 4);
+                if (kg < pl->kg_min) pl->kg_min = kg;
+                if (kg > pl->kg_max) pl->kg_max = kg;
+                pl->ndata++;
+            }
+            pl->data_bytes += len;
+            p += wire_rec_size(len);
+            n++;
+        }
+    }
+    if (n != s->nrec)
+        return wire_fail(err, -EINVAL, "section %zu (%s): %llu records in spans, nrec %llu", si,
+                         s->writer_id, (unsigned long long)n, (unsigned long long)s->nrec);
+    uint64_t range = pl->ndata ? (uint64_t)pl->kg_max - pl->kg_min + 1 : 0;
+    if (range > 4 * pl->ndata + 64) {
+        pl->uniq = malloc(pl->ndata * sizeof *pl->uniq);
+        if (!pl->uniq) return -ENOMEM;
+        size_t k = 0;
+        FOR_EACH_RECORD(s, p, i, {
+            (void)i;
+            if (!(wire_le32(p) & WIRE_REC_META)) pl->uniq[k++] = wire_le32(p + 4);
+        });
+        qsort(pl->uniq, k, sizeof *pl->uniq, cmp_u32);
+        size_t u = 0;
+        for (size_t j = 0; j < k; j++)
+            if (u == 0 || pl->uniq[u - 1] != pl->uniq[j]) pl->uniq[u++] = pl->uniq[j];
+        pl->nuniq = u;
+        range = u;
+    }
+    pl->nslots = (size_t)range + 1;
+    pl->slots = calloc(pl->nslots, sizeof *pl->slots);
+    return pl->slots ? 0 : -ENOMEM;
+}
+
+/* Pass 2: framed size of every run; assigns run offsets (data runs by key group, meta last). */
+static void count_section(const wire_section_in *s, sec_plan *pl)
+{
+    kg_slot *slots = pl->slots;
+    FOR_EACH_RECORD(s, p, i, {
+        uint32_t lf = wire_le32(p);
+        kg_slot *k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
+        size_t len = lf & WIRE_REC_MAX_LEN;
+        k->bytes += wire_varint_len(i - k->expect) + wire_varint_len(len) + len;
+        k->expect = i + 1;
+        k->count++;
+    });
+    uint64_t off = 0;
+    for (size_t j = 0; j < pl->nslots; j++) {
+        slots[j].off = slots[j].cursor = off;
+        slots[j].expect = 0;
+        slots[j].crc = UINT32_MAX;   /* until copied: sizes the footer (proto3 omits a 0) */
+        off += slots[j].bytes;
+        pl->nruns += slots[j].count != 0;
+    }
+    pl->raw_len = off;
+}
+
+/* The seq gap as a varint, without branches for gaps below 2^14 (a run's records are often
+ * one key-group-count apart, which straddles the 1-/2-byte boundary unpredictably). Writing
+ * two bytes is safe: the length varint always follows. */
+static inline uint8_t *put_seq_delta(uint8_t *d, uint64_t v)
+{
+    if (v >= 1u << 14) return wire_varint_put(d, v);
+    unsigned two = v >= 0x80;
+    d[0] = (uint8_t)(v | two << 7);
+    d[1] = (uint8_t)(v >> 7);
+    return d + 1 + two;
+}
+
+/* memcpy for a record's payload: most are short, where a library call costs as much as the
+ * copy; overlapping 16-byte moves never touch bytes outside [0, n). */
+static inline void copy_payload(uint8_t *d, const uint8_t *s, size_t n)
+{
+    if (n > 128 || n < 16) {
+        memcpy(d, s, n);
+        return;
+    }
+    for (size_t i = 0; i + 16 < n; i += 16) memcpy(d + i, s + i, 16);
+    memcpy(d + n - 16, s + n - 16, 16);
+}
+
+/* Pass 3: writes the raw body (pl->raw_len bytes), then each run's CRC; returns the CRC of
+ * the whole body, joined from the runs' CRCs without reading the body again. */
+static uint32_t copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *body)
+{
+    kg_slot *slots = pl->slots;
+    FOR_EACH_RECORD(s, p, i, {
+        uint32_t lf = wire_le32(p);
+        kg_slot *k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
+        size_t len = lf & WIRE_REC_MAX_LEN;
+        uint8_t *d = put_seq_delta(body + k->cursor, i - k->expect);
+        d = wire_varint_put(d, len);
+        copy_payload(d, p + WIRE_REC_HDR, len);
+        k->expect = i + 1;
+        k->cursor = (uint64_t)(d + len - body);
+    });
+    uint32_t crc = 0;
+    for (size_t j = 0; j < pl->nslots; j++) {
+        if (!slots[j].count) continue;
+        slots[j].crc = wire_crc32c(0, body + slots[j].off, slots[j].bytes);
+        crc = wire_crc32c_combine(crc, slots[j].crc, slots[j].bytes);
+    }
+    return crc;
+}
+
+static void put_header(uint8_t *h, uint64_t segment_no)
+{
+    memset(h, 0, WIRE_SEG_HEADER_LEN);
+    memcpy(h, WIRE_SEG_MAGIC, 8);
+    wire_put16(h + 8, WIRE_VERSION);
+    wire_put16(h + 10, 0);
+    wire_put64(h + 16, segment_no);
+    wire_put32(h + 28, wire_crc32c(0, h, 28));
+}
+
+static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len, uint32_t footer_crc)
+{
+    wire_put16(t + 4, WIRE_VERSION);
+    wire_put16(t + 6, 0);
+    wire_put64(t + 8, footer_offset);
+    wire_put32(t + 16, footer_len);
+    wire_put32(t + 20, footer_crc);
+    memcpy(t + 24, WIRE_TRL_MAGIC, 8);
+    wire_put32(t, wire_crc32c(0, t + 4, WIRE_SEG_TRAILER_LEN - 4));
+}
+
+/* Everything the encoder allocates besides the output, freed in one place. */
+typedef struct {
+    sec_plan *plans;
+    size_t nplans;
+    Dstl__Section *pb_secs;
+    Dstl__Section **pb_sec_ptrs;
+    Dstl__KeyGroupRun *pb_runs;
+    Dstl__KeyGroupRun **pb_run_ptrs;
+} enc_tmp;
+
+static void enc_tmp_free(enc_tmp *t)
+{
+    for (size_t i = 0; i < t->nplans; i++) {
+        free(t->plans[i].uniq);
+        free(t->plans[i].slots);
+    }
+    free(t->plans);
+    free(t->pb_secs);
+    free(t->pb_sec_ptrs);
+    free(t->pb_runs);
+    free(t->pb_run_ptrs);
+}
+
+/* Fills the footer's Section message (and its runs, from *run onward) for section si. */
+static void footer_section(const wire_section_in *s, const sec_plan *pl, const wire_section_loc *loc,
+                           int comp, Dstl__Section *ps, Dstl__KeyGroupRun **run_ptrs,
+                           Dstl__KeyGroupRun *runs)
+{
+    dstl__section__init(ps);
+    ps->writer_id = (char *)s->writer_id;
+    ps->seq_first = loc->seq_first;
+    ps->seq_end = loc->seq_end;
+    ps->record_count = s->nrec;
+    ps->data_bytes = loc->data_bytes;
+    ps->kg_first = loc->kg_first;
+    ps->kg_last = loc->kg_last;
+    ps->offset = loc->offset;
+    ps->stored_len = loc->stored_len;
+    ps->raw_len = pl->raw_len;
+    ps->compression = (Dstl__Compression)comp;
+    ps->crc32c = loc->crc;
+    ps->n_runs = pl->nruns;
+    ps->runs = run_ptrs;
+    size_t r = 0;
+    for (size_t j = 0; j < pl->nslots; j++) {
+        const kg_slot *k = &pl->slots[j];
+        if (!k->count) continue;
+        Dstl__KeyGroupRun *pr = &runs[r];
+        dstl__key_group_run__init(pr);
+        pr->is_meta = j == pl->nslots - 1;
+        pr->key_group = pr->is_meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j;
+        pr->offset = k->off;
+        pr->len = k->bytes;
+        pr->count = k->count;
+        pr->crc32c = k->crc;
+        run_ptrs[r++] = pr;
+    }
+}
+
+/* Writes section si at dst (cap bytes); returns its stored length and sets *comp to the codec
+ * used. scratch (raw_len bytes) holds the raw body when compressing. */
+static uint64_t emit_section(const wire_seg_opts *o, const wire_section_in *s, sec_plan *pl,
+                             uint8_t *scratch, uint8_t *dst, size_t cap, int *comp, uint32_t *crc)
+{
+    *comp = WIRE_COMP_NONE;
+    if (o->compression == WIRE_COMP_NONE) {
+        *crc = copy_section(s, pl, dst);
+        return pl->raw_len;
+    }
+    uint32_t raw_crc = copy_section(s, pl, scratch);
+    size_t c = wire_codec_compress(o->compression, o->compression_level, scratch, pl->raw_len,
+                                   dst, cap);
+    /* Keep the compressed form only when it is smaller and a reader will accept its ratio. */
+    if (c && c < pl->raw_len && wire_codec_ratio_ok(o->compression, c, pl->raw_len)) {
+        *comp = o->compression;
+        *crc = wire_crc32c(0, dst, c);
+        return c;
+    }
+    memcpy(dst, scratch, pl->raw_len);
+    *crc = raw_crc;
+    return pl->raw_len;
+}
+
+/* Where section i goes and how large it may get: exact when uncompressed, the codec's bound
+ * (at least the raw length, for the fallback) when compressing. */
+static uint64_t section_cap(const wire_seg_opts *o, const sec_plan *pl)
+{
+    if (o->compression == WIRE_COMP_NONE) return pl->raw_len;
+    uint64_t b = wire_codec_bound(o->compression, pl->raw_len);
+    return b > pl->raw_len ? b : pl->raw_len;
+}
+
+static wire_section_loc section_loc(const wire_section_in *s, const sec_plan *pl, uint64_t offset,
+                                    uint64_t stored_len, uint32_t crc)
+{
+    return (wire_section_loc){.offset = offset, .stored_len = stored_len, .crc = crc,
+                              .seq_first = s->seq_first, .seq_end = s->seq_first + s->nrec,
+                              .data_bytes = pl->data_bytes,
+                              .kg_first = pl->ndata ? pl->kg_min : UINT32_MAX,
+                              .kg_last = pl->ndata ? pl->kg_max : 0};
+}
+
+int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
+                        wire_segment_out *out, wire_err *err)
+{
+    if (!o || !out || !secs || nsecs == 0 || !o->run_id || !o->alloc != !o->release)
+        return wire_fail(err, -EINVAL, "segment encode: missing options, sections, run id or allocator");
+    if (o->compression < WIRE_COMP_NONE || o->compression > WIRE_COMP_ZSTD)
+        return wire_fail(err, -EINVAL, "segment encode: unknown compression %d", o->compression);
+
+    enc_tmp t = {0};
+    wire_segment_out r = {.release = o->release, .release_ctx = o->alloc_ctx};
+    int rc = -ENOMEM;
+    t.plans = calloc(nsecs, sizeof *t.plans);
+    r.secs = calloc(nsecs, sizeof *r.secs);
+    if (!t.plans || !r.secs) goto fail;
+    t.nplans = nsecs;
+
+    /* Plan every section, then size the footer with each section at its cap, so that the
+     * output is allocated once and written in place. */
+    size_t nruns = 0;
+    uint64_t raw_max = 0;
+    for (size_t i = 0; i < nsecs; i++) {
+        sec_plan *pl = &t.plans[i];
+        if ((rc = scan_section(&secs[i], i, pl, err)) < 0) goto fail;
+        count_section(&secs[i], pl);
+        if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0) {
+            rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
+                           (unsigned long long)pl->raw_len);
+            goto fail;
+        }
+        if (pl->raw_len > raw_max) raw_max = pl->raw_len;
+        nruns += pl->nruns;
+    }
+    rc = -ENOMEM;
+    t.pb_secs = calloc(nsecs, sizeof *t.pb_secs);
+    t.pb_sec_ptrs = calloc(nsecs, sizeof *t.pb_sec_ptrs);
+    t.pb_runs = calloc(nruns ? nruns : 1, sizeof *t.pb_runs);
+    t.pb_run_ptrs = calloc(nruns ? nruns : 1, sizeof *t.pb_run_ptrs);
+    if (!t.pb_secs || !t.pb_sec_ptrs || !t.pb_runs || !t.pb_run_ptrs) goto fail;
+    Dstl__SegmentFooter f;
+    dstl__segment_footer__init(&f);
+    f.format_version = WIRE_VERSION;
+    f.run_id = (char *)o->run_id;
+    f.segment_no = o->segment_no;
+    f.created_ms = o->created_ms;
+    f.n_sections = nsecs;
+    f.sections = t.pb_sec_ptrs;
+    uint64_t pos = WIRE_SEG_HEADER_LEN;
+    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
+        uint64_t c = section_cap(o, &t.plans[i]);
+        wire_section_loc loc = section_loc(&secs[i], &t.plans[i], pos, c, UINT32_MAX);
+        footer_section(&secs[i], &t.plans[i], &loc, o->compression, &t.pb_secs[i],
+                       t.pb_run_ptrs + run0, t.pb_runs + run0);
+        t.pb_sec_ptrs[i] = &t.pb_secs[i];
+        pos += c;
+    }
+    size_t fmax = dstl__segment_footer__get_packed_size(&f);
+    if (fmax > UINT32_MAX) {
+        rc = wire_fail(err, -EINVAL, "segment footer of %zu bytes is too large", fmax);
+        goto fail;
+    }
+    uint64_t scratch_len = o->compression != WIRE_COMP_NONE ? raw_max : 0;
+    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len;
+    if (cap > SIZE_MAX / 2) goto fail;
+    r.buf = o->alloc ? o->alloc(o->alloc_ctx, (size_t)cap) : malloc((size_t)cap);
+    if (!r.buf) goto fail;
+    r.cap = (size_t)cap;
+
+    put_header(r.buf, o->segment_no);
+    uint8_t *scratch = r.buf + cap - scratch_len;
+    pos = WIRE_SEG_HEADER_LEN;
+    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
+        sec_plan *pl = &t.plans[i];
+        int comp;
+        uint64_t c = section_cap(o, pl);
+        uint32_t crc;
+        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r.buf + pos, c, &comp, &crc);
+        r.secs[i] = section_loc(&secs[i], pl, pos, stored, crc);
+        footer_section(&secs[i], pl, &r.secs[i], comp, &t.pb_secs[i], t.pb_run_ptrs + run0,
+                       t.pb_runs + run0);
+        pos += stored;
+    }
+    r.nsecs = nsecs;
+    size_t flen = dstl__segment_footer__pack(&f, r.buf + pos);
+    r.footer_offset = pos;
+    r.footer_len = (uint32_t)flen;
+    r.footer_crc = wire_crc32c(0, r.buf + pos, flen);
+    put_trailer(r.buf + pos + flen, pos, r.footer_len, r.footer_crc);
+    r.len = pos + flen + WIRE_SEG_TRAILER_LEN;
+    enc_tmp_free(&t);
+    *out = r;
+    return 0;
+fail:
+    enc_tmp_free(&t);
+    wire_segment_out_free(&r);
+    if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "segment encode: out of memory");
+    return rc;
+}
+
+void wire_segment_out_free(wire_segment_out *out)
+{
+    if (!out) return;
+    if (out->buf) {
+        if (out->release) out->release(out->release_ctx, out->buf);
+        else free(out->buf);
+    }
+    free(out->secs);
+    out->buf = NULL;
+    out->secs = NULL;
+    out->len = out->cap = out->nsecs = 0;
+}

@@ -1,0 +1,113 @@
+/*
+ * wire/wire_int.h — helpers shared by the wire/ sources only (not part of wire.h).
+ *
+ * Little-endian loads/stores, LEB128 varints with bounds checks, the error helper, the
+ * section codecs (lz4/zstd) and the fixed constants of FORMAT.md. Pure functions, any thread.
+ */
+#ifndef DSTL_WIRE_INT_H
+#define DSTL_WIRE_INT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "wire/wire.h"
+
+/* ---- constants of FORMAT.md ---- */
+#define WIRE_VERSION            1u
+#define WIRE_SEG_MAGIC          "DSTLSEG\n"   /* header bytes 0..7 */
+#define WIRE_TRL_MAGIC          "DSTLEND\n"   /* trailer bytes 24..31 */
+#define WIRE_HANDLE_MAGIC       "DSTH"        /* handle bytes 0..3 */
+#define WIRE_HANDLE_HDR_LEN     8u            /* magic, version, flags */
+#define WIRE_HANDLE_CRC_LEN     4u
+
+/* The largest raw section body a reader will allocate for decompression. A section is one
+ * writer's records of one batch, bounded by the writer's preemptive-persist threshold and the
+ * pipeline's max-in-flight (100 MiB by default); 1 GiB leaves room without letting a forged
+ * footer ask for an absurd allocation. */
+#define WIRE_SECTION_RAW_MAX    ((uint64_t)1 << 30)
+/* The largest expansion a reader accepts from a compressed section, so that its allocation
+ * stays proportional to the bytes it read (and below WIRE_SECTION_RAW_MAX): LZ4's block
+ * format cannot exceed 255:1; zstd's best case is an RLE block (128 KiB from 4 bytes, about
+ * 32768:1), so 65536 never refuses what zstd produced. The encoder stores a section raw if
+ * it ever would. */
+#define WIRE_LZ4_RATIO_MAX      256u
+#define WIRE_ZSTD_RATIO_MAX     65536u
+
+/* ---- little-endian ---- */
+static inline uint16_t wire_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t wire_le32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v; /* x86-64 and aarch64 Linux are little-endian; FORMAT.md fixes LE */
+}
+static inline uint64_t wire_le64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static inline void wire_put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void wire_put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void wire_put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "wire/ assumes a little-endian host (x86-64, aarch64)"
+#endif
+
+/* ---- varints (LEB128, at most 10 bytes for 64 bits) ---- */
+static inline size_t wire_varint_len(uint64_t v)
+{
+    unsigned bits = 64u - (unsigned)__builtin_clzll(v | 1);   /* 1..64 */
+    return (bits + 6) / 7;
+}
+
+static inline uint8_t *wire_varint_put(uint8_t *p, uint64_t v)
+{
+    if (v < 0x80) {   /* the common case: a seq gap of 0, a short length */
+        *p = (uint8_t)v;
+        return p + 1;
+    }
+    while (v >= 0x80) { *p++ = (uint8_t)(v | 0x80); v >>= 7; }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Reads a varint from [*pp, end). Returns 0 and advances *pp, or -1 when it runs past end
+ * or does not fit 64 bits (a 10th byte above 1, or an 11th byte). */
+static inline int wire_varint_get(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+{
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) { *out = *p; *pp = p + 1; return 0; }
+    uint64_t v = 0;
+    for (unsigned shift = 0; shift < 64; shift += 7) {
+        if (p >= end) return -1;
+        uint8_t b = *p++;
+        if (shift == 63 && b > 1) return -1;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) { *out = v; *pp = p; return 0; }
+    }
+    return -1;
+}
+
+/* ---- errors ---- */
+
+/* Formats a one-line detail into err (when not NULL) and returns code. */
+int wire_fail(wire_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- section codecs (wire/codec.c) ---- */
+
+/* Upper bound of the compressed size of n raw bytes, or 0 when n is too large for the codec. */
+size_t wire_codec_bound(int compression, size_t n);
+/* Compresses src into dst (cap >= wire_codec_bound). Returns the compressed length, or 0
+ * when the codec failed (the caller stores the section uncompressed). */
+size_t wire_codec_compress(int compression, int level, const void *src, size_t n, void *dst,
+                           size_t cap);
+/* Decompresses exactly raw_len bytes; DSTL_ECORRUPT (detail in err) when the stored bytes
+ * do not decode to exactly raw_len bytes. */
+int wire_codec_decompress(int compression, const void *src, size_t n, void *dst, size_t raw_len,
+                          wire_err *err);
+/* Whether a reader accepts raw_len bytes decoded from stored_len compressed bytes. */
+int wire_codec_ratio_ok(int compression, uint64_t stored_len, uint64_t raw_len);
+
+#endif
