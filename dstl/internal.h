@@ -21,6 +21,7 @@
 #include "dstl.h"
 #include "dstl/config.h"
 #include "dstl/histo.h"
+#include "dstl/remote.h"
 #include "dstl/u64map.h"
 #include "wire/wire.h"
 
@@ -119,6 +120,8 @@ typedef struct seg {
     uint64_t size, footer_offset;
     uint32_t footer_len, footer_crc;
     int durable;
+    int has_local, has_remote;  /* where its copies are (set when it became durable) */
+    int uploading;              /* its upload still runs: deletion waits */
     int section_refs;           /* untruncated writer ranges in it */
     int handle_refs;            /* live handles and pins of futures under construction */
     int deleting;
@@ -195,6 +198,9 @@ struct dstl_storage {
     seg *delete_head;
 
     struct segstore *store;
+    /* the remote store: NULL when local only; the client is the pipeline thread's */
+    struct s3_client *s3;
+    remote_loc remote;
     pthread_t thread;
     int thread_started;
     int store_err;              /* sticky local store failure (fail-stop) */
@@ -202,6 +208,8 @@ struct dstl_storage {
     /* stats (under mu) */
     uint64_t st_persists, st_persist_failures, st_segments, st_segment_bytes;
     uint64_t st_segments_deleted, st_appends_closed, st_append_bytes_closed;
+    uint64_t st_remote_requests, st_remote_retries, st_remote_failures, st_hedged;
+    uint64_t st_remote_bytes_written, st_remote_bytes_read;
     histo persist_lat_us;
 };
 

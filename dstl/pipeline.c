@@ -39,24 +39,45 @@
  * put a directory fsync next to every segment's fdatasync. 32 is a few seconds of segments
  * at a 10 ms persist-delay and leaves at most 32 empty files after a crash. */
 #define RESERVE_LOW 8u
+/* API.md bounds a future at max-attempts x upload.timeout + the batch delay + a small slack:
+ * an upload still running past max-attempts x timeout + this is cancelled and its batch
+ * fails (its records stay in the writers). One second covers a slow last response. */
+#define REMOTE_SLACK_MS 1000u
 #define RESERVE_HIGH 32u
 
+/* A batch lives from its first range until both of its copies are done: the local write
+ * (always: it is the local-recovery copy and the read cache) and the upload (when a remote is
+ * configured). It *ends* — its ranges become durable or failed, its futures take their
+ * pieces — at the configured durability point, which may come before the other copy is done. */
 typedef struct batch {
     dstl_storage *s;
+    struct batch *next_inflight;
     bsec *head, **tail;
     size_t n;
     uint64_t bytes;
     uint64_t opened_ns;
     seg *g;
     wire_segment_out out;
+    int pending_io;             /* copies still being written */
+    int local_done, remote_done;
+    int local_res, remote_res;
+    int ended, end_res;
+    uint64_t remote_deadline_ns;
+    struct s3_op *op;           /* the upload, while it runs */
+    char name[64];              /* the segment's name (the seg may be gone when it failed) */
+    char key[640];
+    char local_err[512], remote_err[512];
 } batch;
 
 typedef struct {
     dstl_storage *s;
     batch *open;
-    unsigned inflight;          /* segments written, not yet completed */
+    batch *inflight_list;       /* flushed, some copy still being written */
+    unsigned inflight;          /* local writes not yet called back */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
 } loop_state;
+
+
 
 void pipeline_wake(dstl_storage *s)
 {
@@ -114,8 +135,12 @@ static void batch_free(batch *b)
 static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
 {
     seg *g = b->g;
+    b->ended = 1;
+    b->end_res = res;
     if (res == 0) {
         g->durable = 1;
+        g->has_local = b->local_done && b->local_res == 0;
+        g->has_remote = b->remote_done && b->remote_res == 0;
         s->st_segments++;
         s->st_segment_bytes += b->out.len;
     } else if (g) {
@@ -169,16 +194,94 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
     pthread_cond_broadcast(&s->range_cv);
 }
 
+/* The durability point: local = the local copy is durable; remote = the object is complete
+ * (the local copy, when it failed, is simply absent: readers go to the object store). */
+static void batch_progress(dstl_storage *s, batch *b)
+{
+    if (!b->ended) {
+        int remote = s->s3 != NULL, durable_remote = s->cv.durability == CFG_DURABILITY_REMOTE;
+        int res = -1;
+        const char *why = NULL;
+        if (!durable_remote && b->local_done) {
+            res = b->local_res;
+            why = b->local_err;
+        } else if (durable_remote && b->remote_done && (b->local_done || !remote)) {
+            res = b->remote_res;
+            why = b->remote_err;
+        }
+        if (res != -1) {
+            char detail[600];
+            snprintf(detail, sizeof detail, "segment %s: %s", b->g->name,
+                     why && *why ? why : dstl_strerror(res));
+            pthread_mutex_lock(&s->mu);
+            batch_end(s, b, res, detail);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+}
+
 static void on_written(void *ctx, int res, const char *detail)
 {
     batch *b = ctx;
+    b->local_done = 1;
+    b->local_res = res;
+    if (res < 0) snprintf(b->local_err, sizeof b->local_err, "%s", detail && *detail ? detail : dstl_strerror(res));
+    if (res == -EIO) {
+        pthread_mutex_lock(&b->s->mu);
+        b->s->store_err = res;
+        pthread_mutex_unlock(&b->s->mu);
+    }
+    b->pending_io--;
+    batch_progress(b->s, b);
+}
+
+static void on_uploaded(void *ctx, const s3_result *r)
+{
+    batch *b = ctx;
     dstl_storage *s = b->s;
-    char why[512];
-    snprintf(why, sizeof why, "segment %s: %s", b->g->name, detail && *detail ? detail : dstl_strerror(res));
+    b->op = NULL;
+    b->remote_done = 1;
+    b->remote_res = r->err == 0 ? 0 : (r->err == -ECANCELED ? DSTL_EREMOTE : r->err);
     pthread_mutex_lock(&s->mu);
-    batch_end(s, b, res, why);
+    if (b->ended && b->end_res == 0) {
+        b->g->uploading = 0;          /* ended earlier (durability local): the copy is in now */
+        b->g->has_remote = r->err == 0;
+    } else if (b->g) {
+        b->g->uploading = 0;
+    }
     pthread_mutex_unlock(&s->mu);
-    batch_free(b);
+    if (r->err) {
+        if (r->err == -ECANCELED)
+            snprintf(b->remote_err, sizeof b->remote_err,
+                     "upload s3://%s/%.300s gave up at the bound of dstl.upload.max-attempts x dstl.upload.timeout",
+                     s->remote.bucket, b->key);
+        else snprintf(b->remote_err, sizeof b->remote_err, "%s", r->error);
+        pthread_mutex_lock(&s->mu);
+        s->st_remote_failures++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    b->pending_io--;
+    batch_progress(s, b);
+}
+
+/* Frees batches whose copies are all done; a failed batch's copies are removed. */
+static void reap_batches(loop_state *ls)
+{
+    dstl_storage *s = ls->s;
+    for (batch **pp = &ls->inflight_list; *pp;) {
+        batch *b = *pp;
+        if (b->pending_io > 0 || !b->ended) {
+            pp = &b->next_inflight;
+            continue;
+        }
+        *pp = b->next_inflight;
+        if (b->end_res != 0 && b->local_done && b->local_res == 0) {
+            /* Never acknowledged: its local file is garbage now (the upload removes its own
+             * leftovers); a crash before this unlink leaves an orphan for dstl gc. */
+            segstore_unlink(s->store, b->name);
+        }
+        batch_free(b);
+    }
 }
 
 /* ---- flush ---- */
@@ -221,14 +324,45 @@ static void flush(loop_state *ls)
         b->g->footer_offset = b->out.footer_offset;
         b->g->footer_len = b->out.footer_len;
         b->g->footer_crc = b->out.footer_crc;
+        snprintf(b->name, sizeof b->name, "%s", b->g->name);
+        b->g->uploading = s->s3 != NULL;
+        b->next_inflight = ls->inflight_list;
+        ls->inflight_list = b;
+        b->pending_io = 1 + (s->s3 != NULL);
         /* DURABILITY: nothing is durable yet; on_written runs once the store has written,
          * fdatasync'ed and directory-synced the segment (segstore.h). */
         rc = segstore_write(s->store, b->g->name, b->out.buf, b->out.len, on_written, b);
-        if (rc == 0) {
-            ls->inflight++;
-            return;
+        if (rc == 0) ls->inflight++;
+        else {
+            b->local_done = 1;
+            b->local_res = rc;
+            snprintf(b->local_err, sizeof b->local_err, "%s", dstl_last_error());
+            b->pending_io--;
         }
-        snprintf(e.msg, sizeof e.msg, "%s", dstl_last_error());
+        if (s->s3) {
+            /* DURABILITY: with dstl.durability remote the batch ends when this upload is
+             * acknowledged (PUT, or CompleteMultipartUpload for large segments: s3_upload);
+             * a crash before leaves at most an incomplete upload or an unreferenced object,
+             * which dstl gc removes. */
+            s3_upload_opts uo = {.part_size = s->cv.upload_part_size_bytes,
+                                 .multipart_threshold = s->cv.upload_multipart_threshold_bytes,
+                                 .if_none_match = true};
+            rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
+            if (rc == 0) rc = s3_upload(s->s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op,
+                                        on_uploaded, b);
+            if (rc < 0) {
+                b->remote_done = 1;
+                b->remote_res = rc;
+                snprintf(b->remote_err, sizeof b->remote_err, "upload s3://%s/%.300s: %s", s->remote.bucket, b->key,
+                         dstl_strerror(rc));
+                b->pending_io--;
+            } else {
+                b->remote_deadline_ns = now_ns() + (s->cv.upload_max_attempts * s->cv.upload_timeout_ms +
+                                                    REMOTE_SLACK_MS) * 1000000ull;
+            }
+        }
+        batch_progress(s, b);
+        return;
     }
     char why[600];
     snprintf(why, sizeof why, "segment %s: %s", b->g->name, e.msg);
@@ -254,25 +388,97 @@ static void reserve_ahead(loop_state *ls)
     }
 }
 
-/* Unlinks segments nobody references any more (their counts reached zero under s->mu). */
+typedef struct {
+    dstl_storage *s;
+    char **keys;
+    size_t n;
+} remote_delete;
+
+static void on_remote_deleted(void *ctx, const s3_result *r)
+{
+    remote_delete *d = ctx;
+    if (r->err) {
+        /* The objects stay as orphans that dstl gc removes; nothing refers to them. */
+        pthread_mutex_lock(&d->s->mu);
+        d->s->st_remote_failures++;
+        pthread_mutex_unlock(&d->s->mu);
+    }
+    for (size_t i = 0; i < d->n; i++) free(d->keys[i]);
+    free(d->keys);
+    free(d);
+}
+
+/* Deletes segments nobody references any more (their counts reached zero under s->mu):
+ * the local file now, the remote objects in DeleteObjects batches. A segment whose upload
+ * still runs waits for it, so its object cannot appear after its deletion. */
 static void run_deletes(dstl_storage *s)
 {
     pthread_mutex_lock(&s->mu);
-    seg *list = s->delete_head;
+    seg *list = s->delete_head, *later = NULL;
     s->delete_head = NULL;
     pthread_mutex_unlock(&s->mu);
+    remote_delete *d = NULL;
     while (list) {
         seg *g = list;
         list = g->next_delete;
+        if (g->uploading) {
+            g->next_delete = later;
+            later = g;
+            continue;
+        }
         /* DURABILITY: the unlink becomes durable with the store's next directory fsync; a
          * crash before it may bring the file back as an orphan that dstl gc removes. */
         int rc = segstore_unlink(s->store, g->name);
+        if (g->has_remote) {
+            if (!d && (d = calloc(1, sizeof *d))) d->s = s;
+            char key[640], **k = d ? realloc(d->keys, (d->n + 1) * sizeof *d->keys) : NULL;
+            if (k) {
+                d->keys = k;
+                if (remote_key(&s->remote, g->name, key, sizeof key) == 0 && (k[d->n] = strdup(key))) d->n++;
+            }
+        }
         pthread_mutex_lock(&s->mu);
         if (rc == 0 || rc == -ENOENT) s->st_segments_deleted++;
         u64map_del(&s->segs, g->no);
         pthread_mutex_unlock(&s->mu);
         free(g);
     }
+    if (later) {
+        pthread_mutex_lock(&s->mu);
+        for (seg *g = later, *next; g; g = next) {
+            next = g->next_delete;
+            g->next_delete = s->delete_head;
+            s->delete_head = g;
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (d && d->n && s3_delete_objects(s->s3, s->remote.bucket, (const char *const *)d->keys, d->n, NULL,
+                                       on_remote_deleted, d) == 0)
+        return;
+    if (d) {
+        s3_result r = {.err = -ENOMEM};
+        on_remote_deleted(d, &r);
+    }
+}
+
+/* Cancels uploads that passed their bound; copies the client's counters into the stats. */
+static void remote_tick(loop_state *ls)
+{
+    dstl_storage *s = ls->s;
+    uint64_t now = now_ns();
+    for (batch *b = ls->inflight_list; b; b = b->next_inflight)
+        if (b->op && now > b->remote_deadline_ns) {
+            s3_op_cancel(b->op);          /* on_uploaded runs later with -ECANCELED */
+            b->op = NULL;
+        }
+    s3_stats st;
+    s3_client_stats(s->s3, &st);
+    pthread_mutex_lock(&s->mu);
+    s->st_remote_requests = st.requests;
+    s->st_remote_retries = st.retries;
+    s->st_hedged = st.hedges;
+    s->st_remote_bytes_written = st.bytes_sent;
+    pthread_mutex_unlock(&s->mu);
 }
 
 static int flush_due(const loop_state *ls, int closing, uint64_t now)
@@ -297,14 +503,22 @@ static void *pipeline_main(void *arg)
             /* round up: waking early would only spin */
             timeout_ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
         }
-        struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
-        if (poll(pf, 2, timeout_ms) < 0 && errno != EINTR) break;
-        uint64_t v;
-        if (pf[0].revents & POLLIN) {
-            ssize_t n = read(s->wake_fd, &v, sizeof v);
-            (void)n;
+        if (s->s3) {
+            /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
+             * uploads in flight are checked against their bound every 100 ms */
+            if (ls.inflight_list && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
+            s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
+            s3_client_run(s->s3, wf, 2, timeout_ms);
+        } else {
+            struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
+            if (poll(pf, 2, timeout_ms) < 0 && errno != EINTR) break;
         }
+        uint64_t v;
+        ssize_t rn = read(s->wake_fd, &v, sizeof v);   /* non-blocking: EAGAIN when not kicked */
+        (void)rn;
         segstore_poll(s->store);
+        if (s->s3) remote_tick(&ls);
+        reap_batches(&ls);
 
         pthread_mutex_lock(&s->mu);
         int closing = s->closing;
@@ -339,7 +553,7 @@ static void *pipeline_main(void *arg)
             flush(&ls);
             reserve_ahead(&ls);
         }
-        if (closing && !ls.open && ls.inflight == 0) {
+        if (closing && !ls.open && !ls.inflight_list && (!s->s3 || s3_client_pending(s->s3) == 0)) {
             pthread_mutex_lock(&s->mu);
             int idle = !s->q_head && !s->delete_head;
             pthread_mutex_unlock(&s->mu);

@@ -35,11 +35,12 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     int rc = config_clone(c, &s->cfg);
     if (rc == 0) rc = config_resolve(s->cfg, &s->cv);
     if (rc < 0) goto fail;
-    if (*s->cv.remote_uri || s->cv.durability == CFG_DURABILITY_REMOTE) {
-        rc = err_fail(-ENOTSUP, "dstl.remote.uri / dstl.durability remote: remote durability is not "
-                                "available in this build yet; use dstl.durability: local");
+    if (s->cv.durability == CFG_DURABILITY_REMOTE && !*s->cv.remote_uri) {
+        rc = err_fail(DSTL_ECONFIG, "key 'dstl.durability': remote needs dstl.remote.uri (s3://bucket/prefix)");
         goto fail;
     }
+    if (*s->cv.remote_uri && (rc = remote_parse_uri(s->cv.remote_uri, "key 'dstl.remote.uri'", &s->remote)) < 0)
+        goto fail;
     if (*s->cv.encryption_key_file) {
         rc = err_fail(-ENOTSUP, "dstl.encryption.key-file: encryption at rest is not available in this "
                                 "build yet (the format reserves it)");
@@ -66,11 +67,13 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
         rc = err_fail(rc, "dstl.local.dir %s: %s", s->local_dir, dstl_last_error());
         goto fail_sync;
     }
+    if (*s->cv.remote_uri && (rc = remote_client_new(&s->cv, &s->s3)) < 0) goto fail_store;
     if ((rc = pipeline_start(s)) < 0) goto fail_store;
     *out = s;
     return 0;
 
 fail_store:
+    s3_client_free(s->s3);
     segstore_close(s->store);
 fail_sync:
     if (s->wake_fd >= 0) close(s->wake_fd);
@@ -100,6 +103,7 @@ int dstl_storage_close(dstl_storage *s)
     if (open > 0)
         return err_fail(-EBUSY, "dstl_storage_close: %zu writer(s) still open; close them first", open);
     pipeline_stop(s);
+    s3_client_free(s->s3);
     segstore_close(s->store);
     close(s->wake_fd);
     reg_free_all(s);
@@ -133,6 +137,12 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.persist_p50_us = histo_quantile(&s->persist_lat_us, 0.50);
     st.persist_p99_us = histo_quantile(&s->persist_lat_us, 0.99);
     st.persist_max_us = s->persist_lat_us.max;
+    st.remote_requests = s->st_remote_requests;
+    st.remote_retries = s->st_remote_retries;
+    st.remote_failures = s->st_remote_failures;
+    st.hedged_attempts = s->st_hedged;
+    st.remote_bytes_written = s->st_remote_bytes_written;
+    st.remote_bytes_read = s->st_remote_bytes_read;
     pthread_mutex_unlock(&s->mu);
     *out = st;
     return 0;

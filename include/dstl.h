@@ -212,6 +212,9 @@ typedef struct {
     uint64_t segments_deleted;
     uint64_t in_flight_bytes, queued_persists;         /* gauges, now */
     uint64_t persist_p50_us, persist_p99_us, persist_max_us;   /* since open */
+    /* additions to API.md, at the end so the fields above keep their places */
+    uint64_t remote_bytes_written, remote_bytes_read;  /* request and response bodies */
+    uint64_t cache_hits, cache_misses;                 /* reader cache, in sections */
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

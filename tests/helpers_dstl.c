@@ -2,6 +2,7 @@
  * tests/helpers_dstl.c — see helpers_dstl.h.
  */
 #include "tests/helpers_dstl.h"
+#include "tests/helpers_s3.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -10,6 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+static int remote_on;
+static t_s3_env renv;
+static char rbucket[64];
+static s3_client *rcli;
+
+void t_remote_enable(void) { remote_on = 1; }
+int t_remote_enabled(void) { return remote_on; }
+
+void t_remote_begin(const char *tag)
+{
+    if (!remote_on) return;
+    char why[512];
+    cr_assert_eq(t_s3_setup(&renv, &rcli, rbucket, sizeof rbucket, tag, why, sizeof why), 0, "S3: %s", why);
+}
+
+void t_remote_end(void)
+{
+    if (!rcli) return;
+    char why[512];
+    t_s3_drop_bucket(rcli, rbucket, why, sizeof why);
+    s3_client_free(rcli);
+    rcli = NULL;
+}
 
 static dstl_config *config_va(const char *dir, va_list ap)
 {
@@ -17,6 +43,18 @@ static dstl_config *config_va(const char *dir, va_list ap)
     cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0);
     cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0);
+    if (remote_on) {
+        cr_assert_not_null(rcli, "remote mode without t_remote_begin");
+        char uri[128];
+        snprintf(uri, sizeof uri, "s3://%s/p", rbucket);
+        cr_assert_eq(dstl_config_set(c, "dstl.remote.uri", uri), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.durability", "remote"), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", renv.endpoint), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.s3.region", renv.region), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.s3.access-key", renv.access_key), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.s3.secret-key", renv.secret_key), 0);
+        cr_assert_eq(dstl_config_set(c, "dstl.s3.path-style", "true"), 0);
+    }
     const char *k;
     while ((k = va_arg(ap, const char *))) {
         const char *v = va_arg(ap, const char *);
@@ -128,7 +166,25 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
     return rc < 0 ? rc : n;
 }
 
+static size_t count_local(const char *dir);
+
 size_t t_count_segments(const char *dir)
+{
+    size_t local = count_local(dir);
+    if (!rcli) return local;
+    size_t objects = 0, uploads = 0;
+    for (int i = 0; i < 1000; i++) {           /* remote deletes run after the local unlink */
+        cr_assert_eq(t_s3_count(rcli, rbucket, "p/", &objects, &uploads), 0);
+        local = count_local(dir);
+        if (objects == local && uploads == 0) break;
+        usleep(10000);
+    }
+    cr_expect_eq(objects, local, "%zu segment objects in s3://%s/p/, %zu local segments", objects, rbucket, local);
+    cr_expect_eq(uploads, 0, "%zu incomplete multipart uploads left", uploads);
+    return local;
+}
+
+static size_t count_local(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d) return 0;

@@ -25,7 +25,18 @@ dstl_handle *t_persist(dstl_writer *w, uint64_t from, uint64_t cp);
  * Returns the number of records read, or a negative error. */
 long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_first, uint32_t nkg,
               uint32_t kgf, uint32_t kgl, size_t max_len);
-/* Number of *.seg files in dir that are not empty (reserved names are empty). */
+/* Number of *.seg files in dir that are not empty (reserved names are empty). In remote
+ * mode it also expects (waiting up to 10 s for deletes in flight) the same number of
+ * segment objects under the test bucket's prefix. */
 size_t t_count_segments(const char *dir);
+
+/* Remote mode, for test_remote_* binaries that run a local suite again with remote
+ * durability: t_remote_enable() (from a constructor) makes every t_config/t_storage_open add
+ * dstl.remote.uri (a fresh bucket per test, made by t_remote_begin in the suite's init and
+ * dropped by t_remote_end in its fini) and dstl.durability: remote. */
+void t_remote_enable(void);
+int t_remote_enabled(void);
+void t_remote_begin(const char *tag);
+void t_remote_end(void);
 
 #endif

@@ -18,9 +18,15 @@
 
 static char *dir;
 
-static void setup(void) { dir = t_mkdtemp("api"); }
+static void setup(void)
+{
+    dir = t_mkdtemp("api");
+    t_remote_begin("api");        /* a no-op unless this is test_remote_api */
+}
+
 static void teardown(void)
 {
+    t_remote_end();
     t_rm_rf(dir);
     free(dir);
 }

@@ -1,0 +1,86 @@
+/*
+ * dstl/remote.c — the remote layout and S3 clients from the configuration (remote.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dstl/err.h"
+#include "dstl/remote.h"
+
+static int bucket_ok(const char *b, size_t n)
+{
+    if (n < 3 || n > 63) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = b[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) return 0;
+    }
+    return b[0] != '-' && b[0] != '.' && b[n - 1] != '-' && b[n - 1] != '.';
+}
+
+int remote_parse_uri(const char *uri, const char *what, remote_loc *out)
+{
+    if (!uri || strncmp(uri, "s3://", 5) != 0)
+        return err_fail(DSTL_ECONFIG, "%s: '%s' is not an s3://bucket/prefix URI", what, uri ? uri : "");
+    const char *b = uri + 5, *slash = strchr(b, '/');
+    size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+    if (!bucket_ok(b, blen))
+        return err_fail(DSTL_ECONFIG, "%s: '%.*s' is not a valid bucket name (3-63 of a-z 0-9 . -)", what,
+                        (int)blen, b);
+    const char *p = slash ? slash + 1 : "";
+    size_t plen = strlen(p);
+    while (plen && p[plen - 1] == '/') plen--;
+    if (plen >= sizeof out->prefix)
+        return err_fail(DSTL_ECONFIG, "%s: prefix longer than %zu bytes", what, sizeof out->prefix - 1);
+    memcpy(out->bucket, b, blen);
+    out->bucket[blen] = '\0';
+    memcpy(out->prefix, p, plen);
+    out->prefix[plen] = '\0';
+    return 0;
+}
+
+static unsigned name_hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return (h ^ (h >> 16)) & 0xff;
+}
+
+int remote_key(const remote_loc *loc, const char *name, char *buf, size_t cap)
+{
+    int n = *loc->prefix ? snprintf(buf, cap, "%s/%02x/%s", loc->prefix, name_hash(name), name)
+                         : snprintf(buf, cap, "%02x/%s", name_hash(name), name);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+void remote_list_prefix(const remote_loc *loc, char *buf, size_t cap)
+{
+    if (*loc->prefix) snprintf(buf, cap, "%s/", loc->prefix);
+    else if (cap) buf[0] = '\0';
+}
+
+int remote_client_new(const config_values *cv, s3_client **out)
+{
+    s3_opts o = {
+        .endpoint = *cv->s3_endpoint ? cv->s3_endpoint : NULL,
+        .region = cv->s3_region,
+        .path_style = cv->s3_path_style != 0,
+        .access_key = *cv->s3_access_key ? cv->s3_access_key : NULL,
+        .secret_key = *cv->s3_secret_key ? cv->s3_secret_key : NULL,
+        .session_token = *cv->s3_session_token ? cv->s3_session_token : NULL,
+        .tls_no_verify = !cv->s3_tls_verify,
+        .ca_file = *cv->s3_ca_file ? cv->s3_ca_file : NULL,
+        .connections = (int)cv->upload_connections,
+        .attempt_timeout_ms = (uint32_t)cv->upload_timeout_ms,
+        .max_attempts = (int)cv->upload_max_attempts,
+        .next_attempt_delay_ms = (uint32_t)cv->upload_next_attempt_delay_ms,
+        .payload = cv->s3_payload == CFG_PAYLOAD_SHA256 ? S3_PAYLOAD_SHA256 : S3_PAYLOAD_UNSIGNED_CRC32C,
+    };
+    s3_result r;
+    memset(&r, 0, sizeof r);
+    int rc = s3_client_new(&o, out, &r);
+    if (rc < 0)
+        return err_fail(rc, "S3 client for %s: %s", *cv->s3_endpoint ? cv->s3_endpoint : "AWS",
+                        *r.error ? r.error : dstl_strerror(rc));
+    return 0;
+}

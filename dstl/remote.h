@@ -1,0 +1,43 @@
+/*
+ * dstl/remote.h — where segments live in the object store, and S3 clients from the config.
+ *
+ * Layout: dstl.remote.uri = s3://BUCKET/PREFIX. A segment named N (local file
+ * <dstl.local.dir>/N, "<run id>-<no>.seg") is the object
+ *     PREFIX/<hh>/N        hh = two hex digits of a hash of N
+ * The hash spreads a run's segments over 256 key prefixes, so S3's per-prefix request rate
+ * (about 3,500 PUT/s per prefix) is never the limit; the name alone gives the key, so a
+ * handle needs to carry only the bucket and prefix (its remote_uri) and segment names.
+ * Objects are written once with If-None-Match: * and never overwritten.
+ *
+ * Threads: an s3_client is used by one thread at a time (s3/s3.h): the pipeline has its own,
+ * and each remote reader or gc call makes its own.
+ */
+#ifndef DSTL_REMOTE_H
+#define DSTL_REMOTE_H
+
+#include <stddef.h>
+
+#include "dstl/config.h"
+#include "s3/s3.h"
+
+typedef struct {
+    char bucket[64];            /* S3 bucket names are at most 63 bytes */
+    char prefix[512];           /* without leading or trailing '/'; may be "" */
+} remote_loc;
+
+/* Parses "s3://bucket/prefix". DSTL_ECONFIG naming `what` (the key, or "handle") when it is
+ * not an s3:// URI with a valid bucket name. */
+int remote_parse_uri(const char *uri, const char *what, remote_loc *out);
+
+/* The object key of segment `name`: "<prefix>/<hh>/<name>" (no leading '/' when the prefix
+ * is empty). Returns 0 or -ENAMETOOLONG. */
+int remote_key(const remote_loc *loc, const char *name, char *buf, size_t cap);
+
+/* The key prefix every segment of loc lives under ("<prefix>/" or ""), for listings. */
+void remote_list_prefix(const remote_loc *loc, char *buf, size_t cap);
+
+/* An S3 client configured from the dstl.s3.* and dstl.upload.* keys. Returns 0, or the
+ * client's error with a detail naming the endpoint (credentials never appear). */
+int remote_client_new(const config_values *cv, s3_client **out);
+
+#endif
