@@ -53,6 +53,7 @@ fi
 
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/lsan.supp:print_suppressions=0}
 export DSTL_TEST_TOOLS=$(cd "$B" && pwd)/tools DSTL_TEST_BIN=$(cd "$B" && pwd)/dstl
 export DSTL_TEST_DATA=$here/data
 
