@@ -1,0 +1,223 @@
+/*
+ * s3/retry.c — the retry policy and the small pure helpers around requests: one classifier
+ * (transient / throttled / fatal), full-jitter backoff, the final error code, part-size math,
+ * CRC32C for the UNSIGNED-PAYLOAD fast path, and the ETags used to recognise our own objects.
+ *
+ * Why one classifier: every request (PUT, part, GET, list, ...) must agree on what is worth
+ * another attempt, or a hedge and a retry could disagree about the same failure.
+ * Threads: pure, thread-safe.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <openssl/evp.h>
+
+#include "s3/s3.h"
+
+static bool code_is(const char *code, const char *want)
+{
+    return code && strcmp(code, want) == 0;
+}
+
+s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code)
+{
+    if (net_err) {
+        switch (net_err) {
+        case -EACCES:   /* TLS trust failure: another attempt sees the same certificate */
+        case -EINVAL:   /* a request we could not even form */
+        case -ENOMEM:
+        case -EMSGSIZE: /* the server insists on a body larger than we accept */
+            return S3_RETRY_NO;
+        default:
+            return S3_RETRY_TRANSIENT;
+        }
+    }
+    if (code_is(s3_code, "SlowDown") || code_is(s3_code, "Throttling") ||
+        code_is(s3_code, "ThrottlingException") || code_is(s3_code, "RequestLimitExceeded") ||
+        status == 429 || status == 503)
+        return S3_RETRY_THROTTLED;
+    /* RequestTimeout comes with a 400: the server gave up waiting for our body. */
+    if (code_is(s3_code, "RequestTimeout") || code_is(s3_code, "InternalError") ||
+        code_is(s3_code, "ServiceUnavailable"))
+        return S3_RETRY_TRANSIENT;
+    if (status >= 500) return S3_RETRY_TRANSIENT;
+    return S3_RETRY_NO;
+}
+
+uint32_t s3_backoff_ms(int failures, uint32_t base_ms, uint32_t cap_ms, uint32_t r)
+{
+    if (failures < 1) failures = 1;
+    uint64_t ceil_ms = base_ms;
+    for (int i = 1; i < failures && ceil_ms < cap_ms; i++) ceil_ms *= 2;
+    if (ceil_ms > cap_ms) ceil_ms = cap_ms;
+    return (uint32_t)(((uint64_t)r * (ceil_ms + 1)) >> 32);
+}
+
+int s3_error_code(int net_err, int status, const char *s3_code)
+{
+    if (net_err) {
+        switch (net_err) {
+        case -ETIMEDOUT:
+        case -ECONNREFUSED:
+        case -EHOSTUNREACH:
+        case -EMSGSIZE:
+        case -ENOMEM:
+        case -ECANCELED:
+        case -EINVAL:
+        case -EACCES:
+            return net_err;
+        default:
+            return DSTL_EREMOTE;
+        }
+    }
+    if (code_is(s3_code, "NoSuchKey") || code_is(s3_code, "NoSuchBucket") ||
+        code_is(s3_code, "NoSuchUpload") || status == 404)
+        return -ENOENT;
+    if (status == 412 || code_is(s3_code, "BucketAlreadyExists")) return -EEXIST;
+    if (status == 403) return -EACCES;
+    if (status == 416 || code_is(s3_code, "InvalidRange")) return -ERANGE;
+    return DSTL_EREMOTE;
+}
+
+size_t s3_part_count(uint64_t len, uint64_t part_size)
+{
+    return (size_t)((len + part_size - 1) / part_size);
+}
+
+void s3_part_range(uint64_t len, uint64_t part_size, size_t i, uint64_t *off, uint64_t *n)
+{
+    *off = (uint64_t)i * part_size;
+    *n = *off >= len ? 0 : (len - *off < part_size ? len - *off : part_size);
+}
+
+/* ---- CRC32C ---- */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init_table(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 255];
+}
+
+static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, crc_init_table);
+    crc = ~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 255];
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        v ^= crc;
+        crc = crc_table[7][v & 255] ^ crc_table[6][(v >> 8) & 255] ^
+              crc_table[5][(v >> 16) & 255] ^ crc_table[4][(v >> 24) & 255] ^
+              crc_table[3][(v >> 32) & 255] ^ crc_table[2][(v >> 40) & 255] ^
+              crc_table[1][(v >> 48) & 255] ^ crc_table[0][v >> 56];
+        p += 8;
+        len -= 8;
+    }
+    while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 255];
+    return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
+                                                            size_t len)
+{
+    uint64_t c = ~crc;
+    while (len && ((uintptr_t)p & 7)) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        len--;
+    }
+    while (len >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        len -= 8;
+    }
+    while (len--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+#endif
+
+uint32_t s3_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("sse4.2")) return crc32c_hw(crc, buf, len);
+#endif
+    return crc32c_sw(crc, buf, len);
+}
+
+/* ---- ETags ---- */
+
+static const char hexd[] = "0123456789abcdef";
+
+static int unhex(char ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static void etag_from_md5(const uint8_t md[16], const char *suffix, char out[72])
+{
+    char hex[33];
+    for (int i = 0; i < 16; i++) {
+        hex[2 * i] = hexd[md[i] >> 4];
+        hex[2 * i + 1] = hexd[md[i] & 15];
+    }
+    hex[32] = '\0';
+    snprintf(out, 72, "\"%s%s\"", hex, suffix);
+}
+
+void s3_md5_etag(const void *buf, size_t len, char out[72])
+{
+    uint8_t md[16];
+    unsigned int n = 16;
+    EVP_Digest(buf, len, md, &n, EVP_md5(), NULL);
+    etag_from_md5(md, "", out);
+}
+
+int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) return -ENOMEM;
+    EVP_DigestInit_ex(ctx, EVP_md5(), NULL);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const char *e = parts[i].etag;
+        if (*e == '"') e++;
+        uint8_t md[16];
+        for (int k = 0; k < 16 && !rc; k++) {
+            int hi = unhex(e[2 * k]), lo = hi < 0 ? -1 : unhex(e[2 * k + 1]);
+            if (hi < 0 || lo < 0) rc = -EINVAL;
+            else md[k] = (uint8_t)(hi << 4 | lo);
+        }
+        if (!rc && e[32] != '"' && e[32] != '\0') rc = -EINVAL;
+        if (!rc) EVP_DigestUpdate(ctx, md, 16);
+    }
+    if (!rc) {
+        uint8_t md[16];
+        unsigned int mdn = 16;
+        EVP_DigestFinal_ex(ctx, md, &mdn);
+        char suffix[16];
+        snprintf(suffix, sizeof suffix, "-%zu", n);
+        etag_from_md5(md, suffix, out);
+    }
+    EVP_MD_CTX_free(ctx);
+    return rc;
+}

@@ -1,0 +1,588 @@
+/*
+ * s3/s3.h — the S3 client of DSTL: SigV4 (ours), libcurl's multi interface, libxml2.
+ *
+ * What: PutObject (optionally If-None-Match: *), multipart uploads (create, parts in parallel,
+ * complete, abort, list parts, list uploads), ranged GET into a caller buffer, HEAD, DELETE,
+ * DeleteObjects (split into batches of 1,000), ListObjectsV2, CreateBucket/DeleteBucket, and
+ * s3_upload(): one PUT below a threshold, a parallel multipart upload above it. Every request
+ * is retried (one classifier, full-jitter backoff, bounded attempts) and hedged (an attempt
+ * slower than attempt_timeout_ms gets a parallel twin; the first success wins, the rest are
+ * cancelled). Knows nothing of segments; includes only include/dstl.h of DSTL.
+ *
+ * Threads: an s3_client is driven by ONE thread (the pipeline's event loop, or whoever calls
+ * the *_sync wrappers): every function here is "one thread at a time" on its client, except
+ * s3_client_wakeup(), which any thread may call. Operations never run their callback inside
+ * the call that started them: callbacks run from s3_client_run() (or a *_sync wrapper, which
+ * runs the loop), on the client's thread.
+ *
+ * Errors: functions return 0 (or a count) or a negative code: -errno or DSTL_E*. Failure
+ * detail never goes through dstl_last_error (s3/ cannot see dstl/): it is in s3_result, whose
+ * `error` is one line naming the request, e.g.
+ *   "PUT s3://b/k: 503 SlowDown: Please reduce your request rate (req-id tx0001, 3 attempts)".
+ * Credentials never appear in results, errors or logs. Codes of a finished operation:
+ *   0              success
+ *   -ENOENT        404 / NoSuchKey / NoSuchBucket / NoSuchUpload
+ *   -EEXIST        412 on If-None-Match: * (the key exists and is not ours), BucketAlreadyExists
+ *   -EACCES        403 (AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId, ...)
+ *   -ERANGE        416 InvalidRange (GET past the end of the object)
+ *   -ETIMEDOUT     the last attempt timed out (connect or transfer)
+ *   -ECONNREFUSED  the last attempt could not connect
+ *   -EMSGSIZE      a response larger than max_response_bytes (or than the GET buffer)
+ *   -ECANCELED     s3_op_cancel() was called
+ *   -EINVAL        bad arguments (returned by the start call; no callback then)
+ *   -ENOMEM        out of memory
+ *   DSTL_EREMOTE   any other remote failure after every attempt (5xx, other 4xx, resets,
+ *                  truncated or malformed responses)
+ */
+#ifndef DSTL_S3_H
+#define DSTL_S3_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+
+/* ---- objects ----------------------------------------------------------------------------- */
+
+typedef struct s3_client s3_client; /* one event loop's S3 client: connections, credentials */
+typedef struct s3_op s3_op;         /* an operation in flight; valid until its callback returns */
+
+/* ---- results ----------------------------------------------------------------------------- */
+
+typedef struct s3_object_info { /* one ListObjectsV2 entry */
+    char *key;
+    uint64_t size;
+    char etag[72];
+} s3_object_info;
+
+typedef struct s3_upload_info { /* one ListMultipartUploads entry */
+    char *key;
+    char *upload_id;
+} s3_upload_info;
+
+typedef struct s3_part_info { /* one part: ListParts entry, or input of Complete */
+    int part_number;
+    uint64_t size;
+    char etag[72]; /* with its quotes, as the server gave it */
+} s3_part_info;
+
+/* A listing: the arrays of its kind are filled, the others are empty. Owned by whoever
+ * holds it: inside a callback the s3_result's list is the client's (valid during the
+ * callback only); a *_sync listing is the caller's, freed by s3_list_clear(). */
+typedef struct s3_list {
+    s3_object_info *objects;
+    size_t n_objects;
+    s3_upload_info *uploads;
+    size_t n_uploads;
+    s3_part_info *parts;
+    size_t n_parts;
+    char **prefixes; /* CommonPrefixes (ListObjectsV2 with a delimiter) */
+    size_t n_prefixes;
+    bool truncated;
+    char *next_token;            /* ListObjectsV2: NextContinuationToken; ListParts: marker */
+    char *next_key_marker;       /* ListMultipartUploads */
+    char *next_upload_id_marker; /* ListMultipartUploads */
+} s3_list;
+
+/* Frees what a listing holds and zeroes it. NULL is fine. */
+void s3_list_clear(s3_list *l);
+
+/* What an operation gave: the code, the detail of its failure, and its outputs. */
+typedef struct s3_result {
+    int err;             /* 0 or a negative code (see the table above) */
+    int http_status;     /* of the last response, 0 when none came */
+    int attempts;        /* HTTP attempts made, hedges and retries included */
+    char s3_code[64];    /* "SlowDown", "NoSuchKey", ... ("" when none) */
+    char message[256];   /* the server's Message, or the transport's reason */
+    char request_id[128];
+    char error[512];     /* one line: method s3://bucket/key: status code: message (req-id) */
+    /* outputs */
+    char etag[128];       /* PUT, Complete, UploadPart, HEAD, GET, s3_upload */
+    char upload_id[512];  /* CreateMultipartUpload */
+    uint64_t bytes;       /* GET: bytes written into the buffer; HEAD: the object size */
+    uint64_t object_size; /* GET: the object's whole size (Content-Range); HEAD: same as bytes */
+    size_t deleted;       /* DeleteObjects: keys deleted (absent keys count as deleted) */
+    size_t delete_errors; /* DeleteObjects: keys the server refused */
+    int parts;            /* s3_upload: 0 for a single PUT, else the number of parts */
+    const s3_list *list;  /* list operations: valid during the callback only */
+} s3_result;
+
+/* The completion of an operation: runs once, from s3_client_run on the client's thread.
+ * r and everything it points to is valid during the call only. The op is freed after. */
+typedef void (*s3_done_fn)(void *ctx, const s3_result *r);
+
+/* ---- test seams -------------------------------------------------------------------------- */
+
+/* One HTTP exchange as the transport seam sees it (test only). */
+typedef struct s3_http_request {
+    const char *method;
+    const char *url;
+    const char *const *headers; /* "Name: value" lines as sent (Authorization included) */
+    size_t n_headers;
+    const uint8_t *body;
+    size_t body_len;
+    int attempt; /* 1-based, per request (hedges and retries count) */
+} s3_http_request;
+
+typedef struct s3_http_response {
+    int status;         /* HTTP status */
+    const char *body;   /* copied by the client */
+    size_t body_len;
+    const char *etag;   /* optional response headers */
+    const char *request_id;
+    const char *content_range;
+} s3_http_response;
+
+/* Replaces the network (test only). exchange() is called when an attempt starts (from
+ * s3_client_run, never from a start call) and returns:
+ *   0         answer with *resp (delivered on the next loop iteration),
+ *   1         leave the attempt hanging: it ends only by hedge/cancel or transfer timeout,
+ *   -errno    fail the attempt as a network error (-ECONNRESET, -ETIMEDOUT, ...). */
+typedef struct s3_transport {
+    int (*exchange)(void *ctx, const s3_http_request *req, s3_http_response *resp);
+    void *ctx;
+} s3_transport;
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+typedef enum s3_payload_mode {
+    S3_PAYLOAD_AUTO = 0,        /* SHA-256 below 1 MiB, UNSIGNED + CRC32C from 1 MiB on */
+    S3_PAYLOAD_SHA256,          /* x-amz-content-sha256: the body's digest (signed) */
+    S3_PAYLOAD_UNSIGNED_CRC32C, /* UNSIGNED-PAYLOAD + x-amz-checksum-crc32c (fast path) */
+} s3_payload_mode;
+
+/* Client options: 0/NULL means the default; units are in the names. Strings are copied. */
+typedef struct s3_opts {
+    const char *endpoint;      /* "http://127.0.0.1:8080"; NULL: https://s3.<region>.amazonaws.com */
+    const char *region;        /* NULL: "us-east-1" */
+    bool path_style;           /* http://host/bucket/key (RGW, MinIO) vs http://bucket.host/key */
+    const char *access_key;    /* NULL: AWS_ACCESS_KEY_ID, then ~/.aws/credentials */
+    const char *secret_key;    /* NULL: AWS_SECRET_ACCESS_KEY, then ~/.aws/credentials */
+    const char *session_token; /* NULL: AWS_SESSION_TOKEN, then ~/.aws/credentials */
+    const char *profile;       /* ~/.aws/credentials section; NULL: AWS_PROFILE or "default" */
+    const char *credentials_file; /* NULL: AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */
+    bool tls_no_verify;        /* false (default): verify the server's certificate and name */
+    const char *ca_file;       /* PEM bundle; NULL: the system's */
+    int connections;           /* parallel connections; 0: 8 */
+    uint32_t connect_timeout_ms;  /* 0: 5000 */
+    uint32_t attempt_timeout_ms;  /* an attempt slower than this gets a hedged twin; 0: 1000 */
+    uint32_t transfer_timeout_ms; /* an attempt is abandoned after this; 0: 3 x attempt timeout
+                                   * (at least 10 s) */
+    int max_attempts;             /* per request, hedges included; 0: 3 */
+    uint32_t next_attempt_delay_ms; /* backoff base after an error (full jitter); 0: 500 */
+    uint32_t max_backoff_ms;        /* backoff cap; 0: 20 x next_attempt_delay_ms */
+    s3_payload_mode payload;
+    size_t max_response_bytes;      /* XML and error bodies; 0: 16 MiB */
+    /* seams (tests): 0/NULL uses the real thing */
+    uint64_t (*now_ms)(void *seam_ctx);          /* monotonic clock for timers */
+    int64_t (*wall_time_s)(void *seam_ctx);      /* Unix time for signatures */
+    void (*sleep_ms)(void *seam_ctx, uint32_t ms); /* waits when only timers/fakes are pending */
+    uint32_t (*random)(void *seam_ctx);          /* jitter */
+    void *seam_ctx;
+    const s3_transport *transport;               /* replaces libcurl's network */
+} s3_opts;
+
+/* Creates a client. Resolves credentials (opts, then the AWS_* environment, then the
+ * credentials file) now. Returns 0, -EINVAL (bad endpoint/options; no credentials found),
+ * -ENOMEM; on failure res (if not NULL) says why. Does not touch the network. */
+int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res);
+
+/* Cancels every operation still in flight (their callbacks run with -ECANCELED, and the
+ * cleanups they start, such as aborting a multipart upload, are given up to
+ * transfer_timeout_ms to finish), then frees the client. NULL is fine. Blocking. */
+void s3_client_free(s3_client *c);
+
+/* A descriptor the caller wants s3_client_run to wait on too (POLLIN/POLLPRI/POLLOUT). */
+typedef struct s3_waitfd {
+    int fd;
+    short events;
+    short revents; /* set by s3_client_run */
+} s3_waitfd;
+
+/* One turn of the event loop: waits up to timeout_ms (less when a timer is due, 0 when work
+ * is ready) for network activity, a wakeup, or one of the extra fds; then performs
+ * transfers, fires timers (hedges, backoffs), starts queued attempts and runs the
+ * completions that are due. Returns the number of operation callbacks it ran (>= 0), or
+ * -errno (-ENOMEM, -EIO for a libcurl failure). */
+int s3_client_run(s3_client *c, s3_waitfd *extra, size_t n_extra, int timeout_ms);
+
+/* Makes a waiting s3_client_run return early. Thread-safe; async-signal-unsafe. */
+void s3_client_wakeup(s3_client *c);
+
+/* Operations started and not yet completed. */
+size_t s3_client_pending(const s3_client *c);
+
+/* Counters since the client was made (for stats and cost accounting). */
+typedef struct s3_stats {
+    uint64_t requests;  /* HTTP attempts started */
+    uint64_t retries;   /* attempts after a failed one */
+    uint64_t hedges;    /* attempts started because another was slow */
+    uint64_t bytes_sent;     /* request bodies */
+    uint64_t bytes_received; /* response bodies */
+} s3_stats;
+void s3_client_stats(const s3_client *c, s3_stats *out);
+
+/* Cancels an operation: its attempts stop, what it created remotely is removed (a started
+ * multipart upload is aborted; a single PUT that may have landed is deleted when its ETag
+ * shows it is ours), then its callback runs with -ECANCELED — never inside this call.
+ * No effect once the callback has run (the pointer is invalid then: do not call). */
+void s3_op_cancel(s3_op *op);
+
+/* ---- asynchronous operations --------------------------------------------------------------
+ * Each returns 0 after starting (and then its callback runs exactly once), or -EINVAL /
+ * -ENOMEM without starting (no callback). op_out, when not NULL, receives the operation for
+ * s3_op_cancel. Buffers passed in (bodies, GET buffers, key arrays, parts) must stay valid
+ * and unchanged until the callback; strings (bucket, key, ids, tokens) are copied. Keys are
+ * raw (not URL-encoded). */
+
+int s3_put_object(s3_client *c, const char *bucket, const char *key, const void *body,
+                  size_t len, bool if_none_match, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* Reads [offset, offset + len) of the object into buf (fewer bytes when the object ends
+ * sooner: r->bytes says how many; r->object_size gives the whole size). len 0 reads nothing
+ * but still checks the object exists. -ERANGE when offset is at or past the end. */
+int s3_get_object(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+                  void *buf, size_t len, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* r->bytes = r->object_size = the size; r->etag. */
+int s3_head_object(s3_client *c, const char *bucket, const char *key, s3_op **op_out,
+                   s3_done_fn cb, void *ctx);
+
+/* Deleting an absent key succeeds (S3 semantics). */
+int s3_delete_object(s3_client *c, const char *bucket, const char *key, s3_op **op_out,
+                     s3_done_fn cb, void *ctx);
+
+/* Deletes n keys in batches of at most 1,000 (sent in parallel). Fails (DSTL_EREMOTE, the
+ * first refused key in r->error) when the server refused any key; r->deleted and
+ * r->delete_errors count. The keys array must stay valid until the callback. */
+int s3_delete_objects(s3_client *c, const char *bucket, const char *const *keys, size_t n,
+                      s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* One ListObjectsV2 page: prefix and delimiter may be NULL; continuation is NULL for the
+ * first page, then r->list->next_token; max_keys 0 means the server's default (1,000). */
+int s3_list_objects(s3_client *c, const char *bucket, const char *prefix, const char *delimiter,
+                    const char *continuation, int max_keys, s3_op **op_out, s3_done_fn cb,
+                    void *ctx);
+
+/* One ListMultipartUploads page (markers NULL for the first page). */
+int s3_list_multipart_uploads(s3_client *c, const char *bucket, const char *prefix,
+                              const char *key_marker, const char *upload_id_marker,
+                              s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* r->upload_id. Never hedged (a twin would create a second upload); retried after errors. */
+int s3_create_multipart_upload(s3_client *c, const char *bucket, const char *key,
+                               s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* part_number 1..10000; r->etag is the part's ETag (keep it for Complete). */
+int s3_upload_part(s3_client *c, const char *bucket, const char *key, const char *upload_id,
+                   int part_number, const void *body, size_t len, s3_op **op_out,
+                   s3_done_fn cb, void *ctx);
+
+/* parts in ascending part_number order, with their ETags. if_none_match sends
+ * If-None-Match: * (servers that support it refuse to overwrite). A NoSuchUpload after an
+ * earlier attempt (the first may have completed it) is resolved by a HEAD that compares the
+ * multipart ETag. */
+int s3_complete_multipart_upload(s3_client *c, const char *bucket, const char *key,
+                                 const char *upload_id, const s3_part_info *parts, size_t n,
+                                 bool if_none_match, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* Aborting an upload that is gone (aborted or completed) succeeds. */
+int s3_abort_multipart_upload(s3_client *c, const char *bucket, const char *key,
+                              const char *upload_id, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* One ListParts page (part_marker 0 for the first; then atoi of r->list->next_token). */
+int s3_list_parts(s3_client *c, const char *bucket, const char *key, const char *upload_id,
+                  int part_marker, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* BucketAlreadyOwnedByYou counts as success. */
+int s3_create_bucket(s3_client *c, const char *bucket, s3_op **op_out, s3_done_fn cb,
+                     void *ctx);
+int s3_delete_bucket(s3_client *c, const char *bucket, s3_op **op_out, s3_done_fn cb,
+                     void *ctx);
+
+/* The high-level upload: a single PUT when len < multipart_threshold, else a multipart
+ * upload with parts of part_size sent in parallel (each part retried and hedged on its own,
+ * with the same upload id). On failure or cancel the multipart upload is aborted and an
+ * object that may have landed is deleted when its ETag is ours: nothing is left behind
+ * (best effort: the cleanup has its own bounded attempts; r->error says if it failed).
+ * r->etag is the object's ETag; r->parts the number of parts (0 for a single PUT). */
+typedef struct s3_upload_opts {
+    size_t part_size;           /* 0: 8 MiB; S3 needs >= 5 MiB for every part but the last */
+    size_t multipart_threshold; /* 0: 16 MiB */
+    bool if_none_match;         /* never overwrite an existing object (412 -> -EEXIST) */
+} s3_upload_opts;
+int s3_upload(s3_client *c, const char *bucket, const char *key, const void *buf, size_t len,
+              const s3_upload_opts *opts, s3_op **op_out, s3_done_fn cb, void *ctx);
+
+/* ---- blocking wrappers ---------------------------------------------------------------------
+ * The same operations, run to completion by running the client's loop on the calling thread
+ * (other operations of the client progress meanwhile, and their callbacks run). Return the
+ * operation's code; res (may be NULL) receives its result (res->list is NULL: listings go to
+ * *out). The *_all listings follow continuations to the end (at most max_items entries; 0 =
+ * no limit) and hand the caller an s3_list to free with s3_list_clear. */
+
+int s3_put_object_sync(s3_client *c, const char *bucket, const char *key, const void *body,
+                       size_t len, bool if_none_match, s3_result *res);
+int s3_get_object_sync(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+                       void *buf, size_t len, s3_result *res);
+int s3_head_object_sync(s3_client *c, const char *bucket, const char *key, s3_result *res);
+int s3_delete_object_sync(s3_client *c, const char *bucket, const char *key, s3_result *res);
+int s3_delete_objects_sync(s3_client *c, const char *bucket, const char *const *keys, size_t n,
+                           s3_result *res);
+int s3_list_objects_all_sync(s3_client *c, const char *bucket, const char *prefix,
+                             size_t max_items, s3_list *out, s3_result *res);
+int s3_list_multipart_uploads_all_sync(s3_client *c, const char *bucket, const char *prefix,
+                                       size_t max_items, s3_list *out, s3_result *res);
+int s3_list_parts_all_sync(s3_client *c, const char *bucket, const char *key,
+                           const char *upload_id, s3_list *out, s3_result *res);
+int s3_create_multipart_upload_sync(s3_client *c, const char *bucket, const char *key,
+                                    s3_result *res);
+int s3_upload_part_sync(s3_client *c, const char *bucket, const char *key,
+                        const char *upload_id, int part_number, const void *body, size_t len,
+                        s3_result *res);
+int s3_complete_multipart_upload_sync(s3_client *c, const char *bucket, const char *key,
+                                      const char *upload_id, const s3_part_info *parts,
+                                      size_t n, bool if_none_match, s3_result *res);
+int s3_abort_multipart_upload_sync(s3_client *c, const char *bucket, const char *key,
+                                   const char *upload_id, s3_result *res);
+int s3_create_bucket_sync(s3_client *c, const char *bucket, s3_result *res);
+int s3_delete_bucket_sync(s3_client *c, const char *bucket, s3_result *res);
+int s3_upload_sync(s3_client *c, const char *bucket, const char *key, const void *buf,
+                   size_t len, const s3_upload_opts *opts, s3_result *res);
+
+/* ==== module internals ========================================================================
+ * Used across the s3/ sources and by the unit tests; not for dstl/. All pure and thread-safe unless
+ * said otherwise. */
+
+/* ---- SigV4 stages (s3/sigv4.c) ---- */
+
+typedef struct s3_kv {
+    const char *name;
+    const char *value;
+} s3_kv;
+
+/* RFC 3986 encoding as SigV4 wants it: unreserved A-Z a-z 0-9 - _ . ~ kept, every other
+ * byte %XX (upper case); '/' kept when keep_slash. Returns the length written (NUL not
+ * counted), or -ENOSPC when cap is too small. */
+int s3_uri_encode(const char *s, bool keep_slash, char *out, size_t cap);
+
+/* The canonical query string: each name and value encoded, a bare name as "name=", sorted
+ * by encoded name then value, joined by '&'. It is also what the client sends. Returns the
+ * length or -ENOSPC. */
+int s3_sigv4_canonical_query(const s3_kv *params, size_t n, char *out, size_t cap);
+
+/* "20130524T000000Z" for Unix time t (UTC); out has >= 17 bytes. */
+void s3_sigv4_amz_date(int64_t t, char out[17]);
+
+/* The canonical request. canonical_uri is already encoded; query is canonical; headers are
+ * the ones to sign (names any case: lower-cased, values trimmed and inner runs of spaces
+ * folded, sorted by name). signed_headers (may be NULL) receives "host;x-amz-date;...".
+ * Returns the length or -ENOSPC/-EINVAL. */
+int s3_sigv4_canonical_request(const char *method, const char *canonical_uri, const char *query,
+                               const s3_kv *headers, size_t n_headers, const char *payload_hash,
+                               char *out, size_t cap, char *signed_headers, size_t sh_cap);
+
+/* "AWS4-HMAC-SHA256\n<amz_date>\n<date>/<region>/<service>/aws4_request\n<hex sha256(creq)>".
+ * Returns the length or -ENOSPC. */
+int s3_sigv4_string_to_sign(const char *amz_date, const char *region, const char *service,
+                            const char *canonical_request, char *out, size_t cap);
+
+/* HMAC chain "AWS4"+secret -> date (yyyymmdd) -> region -> service -> "aws4_request". */
+void s3_sigv4_signing_key(const char *secret, const char *date8, const char *region,
+                          const char *service, uint8_t key[32]);
+
+/* hex(HMAC-SHA256(key, string_to_sign)) into hex (65 bytes with NUL). */
+void s3_sigv4_signature(const uint8_t key[32], const char *string_to_sign, char hex[65]);
+
+/* The whole Authorization header value ("AWS4-HMAC-SHA256 Credential=..., SignedHeaders=...,
+ * Signature=..."). Returns the length or -ENOSPC/-EINVAL. */
+int s3_sigv4_authorization(const char *access_key, const char *secret_key, const char *region,
+                           const char *amz_date, const char *method, const char *canonical_uri,
+                           const char *query, const s3_kv *headers, size_t n_headers,
+                           const char *payload_hash, char *out, size_t cap);
+
+/* Lower-case hex SHA-256 of buf (65 bytes with NUL). */
+void s3_sha256_hex(const void *buf, size_t len, char hex[65]);
+
+/* ---- retry policy (s3/retry.c) ---- */
+
+typedef enum s3_retry_class {
+    S3_RETRY_NO = 0,   /* fatal: fail now */
+    S3_RETRY_TRANSIENT, /* network errors, 5xx, RequestTimeout, truncated/malformed answers */
+    S3_RETRY_THROTTLED, /* 503 SlowDown, 429, Throttling */
+} s3_retry_class;
+
+/* One classifier for every request. net_err is 0 when an HTTP response came, else a
+ * negative errno of the transport (-ECONNRESET, -ETIMEDOUT, -ECONNREFUSED, -EPROTO for a
+ * truncated or malformed answer, -EMSGSIZE for an oversized one, -EACCES for TLS trust
+ * errors). status is the HTTP status, s3_code the S3 error code ("" or NULL if none). */
+s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code);
+
+/* Full-jitter exponential backoff before attempt number `failures + 1`: a uniform value
+ * in [0, min(cap_ms, base_ms * 2^(failures-1))] from the 32-bit random r. */
+uint32_t s3_backoff_ms(int failures, uint32_t base_ms, uint32_t cap_ms, uint32_t r);
+
+/* The code an operation returns for a final failure (see the table at the top). */
+int s3_error_code(int net_err, int status, const char *s3_code);
+
+/* Number of parts for len bytes in part_size parts (len > 0, part_size > 0), and the
+ * offset/length of part i (0-based). */
+size_t s3_part_count(uint64_t len, uint64_t part_size);
+void s3_part_range(uint64_t len, uint64_t part_size, size_t i, uint64_t *off, uint64_t *n);
+
+/* CRC32C (Castagnoli) of buf continuing crc (0 for a fresh value); SSE4.2 when present. */
+uint32_t s3_crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* The multipart ETag S3 computes: "\"hex(md5(md5(part1)||...||md5(partN)))-N\"" from the
+ * parts' ETags (hex MD5s in quotes). Returns 0, or -EINVAL when an ETag is not an MD5. */
+int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72]);
+
+/* "\"hex(md5(buf))\"" — the ETag of a single PUT of buf. */
+void s3_md5_etag(const void *buf, size_t len, char out[72]);
+
+/* ---- credentials (s3/creds.c) ---- */
+
+typedef struct s3_credentials {
+    char access_key[256];
+    char secret_key[256];
+    char session_token[4096];
+    char source[64]; /* "options", "environment", "file <path> [profile]": for messages */
+} s3_credentials;
+
+/* Resolves credentials: explicit (non-empty access and secret), then the environment, then
+ * the credentials file (path NULL: AWS_SHARED_CREDENTIALS_FILE or $HOME/.aws/credentials;
+ * profile NULL: AWS_PROFILE or "default"). Returns 0, or -ENOENT with why[] saying where it
+ * looked (never a secret), or -EINVAL when a value is too long. Reads the environment. */
+int s3_credentials_resolve(const char *access_key, const char *secret_key,
+                           const char *session_token, const char *path, const char *profile,
+                           s3_credentials *out, char *why, size_t why_cap);
+
+/* ---- XML (s3/xml.c): libxml2, no network, bounded by the caller's max size ---- */
+
+/* Parses an <Error> document: code, message, request id (each may be NULL). Returns 0 when
+ * the root element is Error, -EPROTO otherwise (not XML, or another document). */
+int s3_xml_parse_error(const char *xml, size_t len, char *code, size_t code_cap, char *message,
+                       size_t message_cap, char *request_id, size_t request_id_cap);
+
+/* InitiateMultipartUploadResult: the UploadId. -EPROTO when missing or malformed. */
+int s3_xml_parse_initiate(const char *xml, size_t len, char *upload_id, size_t cap);
+
+/* CompleteMultipartUploadResult (root name not checked): the ETag ("" when the server left
+ * it empty, as RGW does). -EPROTO when malformed; 1 when the document is an <Error> (the
+ * server reported a failure inside a 200: code and message are filled). */
+int s3_xml_parse_complete(const char *xml, size_t len, char *etag, size_t etag_cap, char *code,
+                          size_t code_cap, char *message, size_t message_cap);
+
+/* ListObjectsV2 / ListMultipartUploads / ListParts pages into out (zeroed first; s3_list_clear
+ * frees). -EPROTO when malformed, -ENOMEM. */
+int s3_xml_parse_list_objects(const char *xml, size_t len, s3_list *out);
+int s3_xml_parse_list_uploads(const char *xml, size_t len, s3_list *out);
+int s3_xml_parse_list_parts(const char *xml, size_t len, s3_list *out);
+
+/* DeleteResult: the number of <Error> entries and the first one's key and code. */
+int s3_xml_parse_delete_result(const char *xml, size_t len, size_t *n_errors, char *first_key,
+                               size_t key_cap, char *first_code, size_t code_cap);
+
+/* Request bodies: <Delete><Quiet>true</Quiet><Object><Key>..</Key></Object>...</Delete> and
+ * <CompleteMultipartUpload><Part><PartNumber>..</PartNumber><ETag>..</ETag></Part>...
+ * Returns a malloc'ed body (*len set) or NULL (-ENOMEM, or a key XML cannot carry). */
+char *s3_xml_build_delete(const char *const *keys, size_t n, size_t *len);
+char *s3_xml_build_complete(const s3_part_info *parts, size_t n, size_t *len);
+
+/* ---- the request engine (s3/client.c), used by the operations (s3/ops.c, s3/upload.c) ----
+ * Client's thread only. A request is one logical HTTP request with its attempts (retries
+ * after errors, hedges after attempt_timeout_ms); an op is what a caller (or a parent op)
+ * waits on. */
+
+typedef struct s3_req s3_req;
+
+/* What a request's callback (and its check hook) sees: the winning attempt's response on
+ * success, the last failure otherwise. */
+typedef struct s3_reply {
+    int err;            /* 0, or the final code (s3_error_code) */
+    int net_err;        /* the last attempt's transport error (0 when a response came) */
+    int status;         /* HTTP status of the last response */
+    const char *body;   /* response body (XML; error bodies included), NUL-terminated */
+    size_t body_len;
+    size_t got;         /* GET: bytes placed in the caller's buffer */
+    uint64_t object_size; /* GET: total from Content-Range, else Content-Length */
+    char etag[128];
+    char request_id[128];
+    char s3_code[64];
+    char message[256];
+    int attempts;
+    bool maybe_applied; /* a failed attempt may have been carried out by the server */
+} s3_reply;
+
+typedef struct s3_req_spec {
+    const char *method;     /* "GET", "PUT", "POST", "DELETE", "HEAD" */
+    const char *bucket;
+    const char *key;        /* NULL or "": a bucket-level request */
+    const s3_kv *query;     /* raw (unencoded) names and values */
+    size_t n_query;
+    const s3_kv *headers;   /* extra signed headers (range, if-none-match, content-md5) */
+    size_t n_headers;
+    const void *body;       /* not copied: valid until the callback */
+    size_t body_len;
+    const char *content_type; /* NULL: none sent */
+    void *get_buf;          /* GET: the caller's buffer (2xx bodies go there) */
+    size_t get_len;
+    bool no_hedge;          /* retries only (CreateMultipartUpload) */
+    /* Checks a 2xx reply before it wins: 0 accepts; -EPROTO (malformed: transient, retried);
+     * 1 when the body is an error document (rep->s3_code/message filled by the hook:
+     * classified like an HTTP error). May keep what it parsed in ctx. */
+    int (*check)(void *ctx, s3_reply *rep);
+} s3_req_spec;
+
+typedef void (*s3_req_done_fn)(void *ctx, s3_req *req, const s3_reply *rep);
+
+/* Starts a request (its attempts start from s3_client_run). cb runs once, from the loop,
+ * after which the request is freed. Returns 0, -EINVAL, -ENOMEM (no callback then). */
+int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void *ctx,
+                 s3_req **out);
+
+/* Stops a request before its callback: attempts removed, no callback, freed. */
+void s3_req_cancel(s3_req *r);
+
+/* Attempts of r that were sent (started on a connection) so far. */
+int s3_req_launched(const s3_req *r);
+
+/* An operation. Kinds embed it first and set the hooks; the engine queues its completion
+ * and frees it (destroy, then free) after the callback. */
+struct s3_op {
+    s3_client *c;
+    s3_done_fn cb;
+    void *ctx;
+    s3_result res;
+    void (*cancel)(s3_op *op);  /* must lead to s3_op_finish (with -ECANCELED) */
+    void (*destroy)(s3_op *op); /* frees what the kind owns (may be NULL) */
+    bool internal;              /* a child of another op: not counted by s3_client_pending */
+    bool finished;
+    bool cancelled;
+    s3_op *next, *prev;         /* the client's live ops */
+    s3_op *next_done;           /* the completion queue */
+};
+
+/* Allocates an op of size bytes (>= sizeof(s3_op)) zeroed, linked to the client. */
+s3_op *s3_op_new(s3_client *c, size_t size, s3_done_fn cb, void *ctx);
+
+/* Queues the op's completion with op->res (callback from the loop, then freed). Once. */
+void s3_op_finish(s3_op *op);
+
+/* Frees an op that was never started (its start failed). */
+void s3_op_discard(s3_op *op);
+
+/* Fills res from a request's reply: code, detail and the one-line error
+ * "METHOD s3://bucket/key: ..." (what is e.g. "PUT", "UploadPart 3 of"). */
+void s3_result_set(s3_result *res, const char *what, const char *bucket, const char *key,
+                   const s3_reply *rep);
+
+/* Sets res->err and a one-line error for a failure that has no reply. */
+void s3_result_fail(s3_result *res, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The client's effective options (defaults applied). */
+const s3_opts *s3_client_opts(const s3_client *c);
+
+#endif /* DSTL_S3_H */
