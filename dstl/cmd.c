@@ -25,6 +25,7 @@ static void usage(FILE *f)
             "  verify DIR                                      check every segment's checksums\n"
             "  gc DIR --live HANDLE_FILE... [--min-age D] [--dry-run]\n"
             "                                                  delete segments no live handle references\n"
+            "  stats [--prometheus] [METRICS_FILE]             a running storage's metrics (dstl.metrics.file)\n"
             "  config                                          print every key with its value (secrets hidden)\n"
             "  version\n"
             "\n"
@@ -133,6 +134,51 @@ int cmd_write_handle(const char *path, const dstl_handle *h)
     return rc;
 }
 
+/* `dstl stats`: the metrics a running storage writes to dstl.metrics.file (every second),
+ * as Prometheus text (--prometheus) or as a short table of the samples. */
+static int cmd_stats(const cmd_globals *g, int argc, char **argv)
+{
+    int prom = 0;
+    const char *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--prometheus")) prom = 1;
+        else if (!file && argv[i][0] != '-') file = argv[i];
+        else {
+            fprintf(stderr, "usage: dstl stats [--prometheus] [METRICS_FILE]\n");
+            return 2;
+        }
+    }
+    dstl_config *c = NULL;
+    if (!file) {
+        if (!(c = cmd_config(g, NULL))) return 1;
+        file = dstl_config_get(c, "dstl.metrics.file");
+        if (!*file) {
+            fprintf(stderr, "dstl stats: no metrics file: give one, or set dstl.metrics.file (the running storage "
+                            "writes it every second)\n");
+            dstl_config_free(c);
+            return 1;
+        }
+    }
+    FILE *f = fopen(file, "r");
+    if (!f) {
+        fprintf(stderr, "dstl stats: %s: %s\n", file, strerror(errno));
+        dstl_config_free(c);
+        return 1;
+    }
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        if (prom) fputs(line, stdout);
+        else if (line[0] != '#' && !strstr(line, "_bucket{")) {
+            char name[256];
+            double v;
+            if (sscanf(line, "%255s %lf", name, &v) == 2) printf("%-40s %.0f\n", name, v);
+        }
+    }
+    fclose(f);
+    dstl_config_free(c);
+    return 0;
+}
+
 static int cmd_show_config(const cmd_globals *g)
 {
     dstl_config *c = cmd_config(g, NULL);
@@ -181,6 +227,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "verify")) return cmd_verify(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "gc")) return cmd_gc(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "config")) return cmd_show_config(&g);
+    if (!strcmp(cmd, "stats")) return cmd_stats(&g, sub_argc, sub_argv);
     if (!strcmp(cmd, "version")) {
         printf("dstl %s\n", dstl_version());
         return 0;

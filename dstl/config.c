@@ -104,6 +104,9 @@ static const key_def keys[] = {
      K_SIZE, NULL, OFF(cache_max_size_bytes), 0, UINT64_MAX},
     {{"dstl.cache.idle-timeout", "10min", "duration", "unused cached segments are dropped after this long", 0},
      K_DURATION, NULL, OFF(cache_idle_timeout_ms), 0, UINT64_MAX},
+    {{"dstl.metrics.file", "", "text",
+      "write Prometheus text metrics to this file every second (for node_exporter's textfile collector); empty = off", 0},
+     K_TEXT, NULL, OFF(metrics_file), 0, 0},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -47,6 +47,7 @@ typedef struct {
     const char *cache_dir;               /* "" = <local_dir>/cache */
     uint64_t cache_max_size_bytes;
     uint64_t cache_idle_timeout_ms;
+    const char *metrics_file;            /* "" = none */
 } config_values;
 
 /* Checks every value and fills v; strings point into c (valid while c is unchanged).

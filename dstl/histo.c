@@ -12,7 +12,7 @@ static unsigned bucket(uint64_t v)
     return b < HISTO_POW * HISTO_SUB ? b : HISTO_POW * HISTO_SUB - 1;
 }
 
-static uint64_t bucket_upper(unsigned b)
+uint64_t histo_bucket_upper(unsigned b)
 {
     if (b < HISTO_SUB) return b;
     unsigned p = b / HISTO_SUB + 3, sub = b % HISTO_SUB;
@@ -35,7 +35,7 @@ uint64_t histo_quantile(const histo *h, double q)
     for (unsigned b = 0; b < HISTO_POW * HISTO_SUB; b++) {
         seen += h->count[b];
         if (seen > rank) {
-            uint64_t u = bucket_upper(b);
+            uint64_t u = histo_bucket_upper(b);
             return u < h->max ? u : h->max;
         }
     }

@@ -17,6 +17,9 @@ typedef struct {
 } histo;
 
 void histo_add(histo *h, uint64_t v);
+/* The largest value bucket b holds (its upper edge). */
+uint64_t histo_bucket_upper(unsigned b);
+
 /* The value at quantile q (0..1): the upper bound of its bucket, capped at max; 0 if empty. */
 uint64_t histo_quantile(const histo *h, double q);
 

@@ -211,6 +211,17 @@ struct dstl_storage {
     uint64_t st_remote_requests, st_remote_retries, st_remote_failures, st_hedged;
     uint64_t st_remote_bytes_written, st_remote_bytes_read;
     histo persist_lat_us;
+    histo upload_lat_us;        /* per segment upload, flush to acknowledgement */
+    histo segment_bytes;        /* per segment written */
+    histo batch_writers;        /* sections (writer ranges) per segment */
+    uint64_t metrics_due_ns;    /* next dstl.metrics.file write (pipeline thread) */
+
+    /* reader cache (cache.c) */
+    struct rcache *rcache;      /* cache_open, or the first remote reader (under mu) */
+    /* readers' remote counters (reader.c adds, cache_stats_add reports; atomics, no lock) */
+    _Atomic uint64_t st_rd_requests, st_rd_retries, st_rd_hedges, st_rd_failures, st_rd_bytes;
+    _Atomic uint64_t st_cache_hits, st_cache_misses;
+    /* end reader cache */
 };
 
 /* ---- internal functions ---- */
@@ -237,6 +248,10 @@ void future_finish(dstl_future *f, int err, const char *detail);   /* under s->m
 void future_complete_if_ready(dstl_future *f);
 void future_unref(dstl_future *f);
 void range_free(range *r);
+
+/* metrics.c */
+int metrics_format(dstl_storage *s, char **text);
+void metrics_write_file(dstl_storage *s);
 
 /* pipeline.c */
 int pipeline_start(dstl_storage *s);

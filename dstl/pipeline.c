@@ -43,6 +43,8 @@
  * an upload still running past max-attempts x timeout + this is cancelled and its batch
  * fails (its records stay in the writers). One second covers a slow last response. */
 #define REMOTE_SLACK_MS 1000u
+/* dstl.metrics.file is rewritten this often: Prometheus scrapes every 10-60 s typically. */
+#define METRICS_INTERVAL_NS 1000000000ull
 #define RESERVE_HIGH 32u
 
 /* A batch lives from its first range until both of its copies are done: the local write
@@ -63,6 +65,7 @@ typedef struct batch {
     int local_res, remote_res;
     int ended, end_res;
     uint64_t remote_deadline_ns;
+    uint64_t flushed_ns;
     struct s3_op *op;           /* the upload, while it runs */
     char name[64];              /* the segment's name (the seg may be gone when it failed) */
     char key[640];
@@ -241,6 +244,11 @@ static void on_uploaded(void *ctx, const s3_result *r)
     dstl_storage *s = b->s;
     b->op = NULL;
     b->remote_done = 1;
+    if (r->err == 0) {
+        pthread_mutex_lock(&s->mu);
+        histo_add(&s->upload_lat_us, (now_ns() - b->flushed_ns) / 1000);
+        pthread_mutex_unlock(&s->mu);
+    }
     b->remote_res = r->err == 0 ? 0 : (r->err == -ECANCELED ? DSTL_EREMOTE : r->err);
     pthread_mutex_lock(&s->mu);
     if (b->ended && b->end_res == 0) {
@@ -325,6 +333,11 @@ static void flush(loop_state *ls)
         b->g->footer_len = b->out.footer_len;
         b->g->footer_crc = b->out.footer_crc;
         snprintf(b->name, sizeof b->name, "%s", b->g->name);
+        b->flushed_ns = now_ns();
+        pthread_mutex_lock(&s->mu);
+        histo_add(&s->batch_writers, b->n);
+        histo_add(&s->segment_bytes, b->out.len);
+        pthread_mutex_unlock(&s->mu);
         b->g->uploading = s->s3 != NULL;
         b->next_inflight = ls->inflight_list;
         ls->inflight_list = b;
@@ -503,6 +516,7 @@ static void *pipeline_main(void *arg)
             /* round up: waking early would only spin */
             timeout_ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
         }
+        if (*s->cv.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
         if (s->s3) {
             /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
              * uploads in flight are checked against their bound every 100 ms */
@@ -519,6 +533,10 @@ static void *pipeline_main(void *arg)
         segstore_poll(s->store);
         if (s->s3) remote_tick(&ls);
         reap_batches(&ls);
+        if (*s->cv.metrics_file && now_ns() >= s->metrics_due_ns) {
+            metrics_write_file(s);
+            s->metrics_due_ns = now_ns() + METRICS_INTERVAL_NS;
+        }
 
         pthread_mutex_lock(&s->mu);
         int closing = s->closing;

@@ -218,6 +218,13 @@ typedef struct {
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 
+/* The same counters plus latency and size histograms in Prometheus text format (names like
+ * Flink's ChangelogStorage metrics: dstl_upload_requests_total, dstl_upload_latency_seconds,
+ * dstl_upload_batch_writers, dstl_inflight_bytes, dstl_queue_size, ...), in a malloc'd
+ * string the caller frees. With dstl.metrics.file set, the storage also rewrites that file
+ * every second. Thread-safe. (An addition to API.md.) */
+int dstl_storage_metrics(dstl_storage *s, char **text);
+
 #ifdef __cplusplus
 }
 #endif

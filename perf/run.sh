@@ -78,21 +78,24 @@ echo "local.rss_peak_mb $rss MB" | emit
 echo "local.rss_vs_budget $(ratio "$rss" $((100 + 64))) x" | emit
 echo "local.cost_flatness $(ratio "$(val local.load.w1024.cpu_us_per_mb)" "$(val local.load.w16.cpu_us_per_mb)") x" | emit
 
-if [ -x "$here/s3.sh" ]; then
-  echo "# S3 (Ceph RGW started for this run, unless DSTL_PERF_S3_ENDPOINT is set)"
+echo "# S3 client and remote durability (Ceph RGW, BlueStore, started for this run, unless"
+echo "# DSTL_PERF_S3_ENDPOINT and its keys name your own endpoint)"
+{
   if [ -n "${DSTL_PERF_S3_ENDPOINT:-}" ]; then
     export S3_ENDPOINT=$DSTL_PERF_S3_ENDPOINT S3_ACCESS_KEY=${DSTL_PERF_S3_ACCESS_KEY:?} \
            S3_SECRET_KEY=${DSTL_PERF_S3_SECRET_KEY:?} S3_REGION=${DSTL_PERF_S3_REGION:-us-east-1}
     "$here/s3.sh" "$B" | emit
+    "$here/remote.sh" "$B" | emit
   else
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()')
     if "$here/../tests/s3/rgw-up.sh" "$T/rgw" "$port" bluestore > "$T/rgw.log" 2>&1; then
       trap '"$here/../tests/s3/s3-down.sh" "$T/rgw" >/dev/null 2>&1; rm -rf "$T"' EXIT
       set -a; . "$T/rgw/env"; set +a
       "$here/s3.sh" "$B" | emit
+      "$here/remote.sh" "$B" | emit
     else
       echo "perf: the S3 server did not start; s3.* lines missing (see its log below)" >&2
       tail -n 20 "$T/rgw.log" >&2
     fi
   fi
-fi
+}

@@ -1,0 +1,169 @@
+/*
+ * dstl/metrics.c — the storage's metrics in Prometheus text format.
+ *
+ * Names follow Flink's ChangelogStorage metrics where it has one (numberOfUploadRequests ->
+ * dstl_upload_requests_total, uploadLatenciesNanos -> dstl_upload_latency_seconds,
+ * uploadBatchSizes -> dstl_upload_batch_writers, uploadSizes -> dstl_upload_size_bytes,
+ * uploadQueueSize -> dstl_queue_size), plus what Flink lacks: remote requests, retries,
+ * hedges and bytes per storage — the inputs of the object-store bill.
+ *
+ * dstl_storage_metrics() may be called from any thread (it snapshots under s->mu). With
+ * dstl.metrics.file set, the pipeline thread rewrites that file every second (write to a
+ * temporary file, rename), the layout node_exporter's textfile collector reads.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dstl/err.h"
+#include "dstl/internal.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->buf ? b->buf + b->len : NULL, b->buf ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) return;
+        if (b->buf && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 8192;
+        while (cap < b->len + (size_t)n + 1) cap *= 2;
+        char *nb = realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+}
+
+static void counter(sbuf *b, const char *name, const char *help, uint64_t v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+static void gauge(sbuf *b, const char *name, const char *help, uint64_t v)
+{
+    put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+/* A Prometheus histogram from a histo: cumulative counts at the `le` bounds given (in the
+ * histo's unit), printed scaled by `scale` (e.g. 1e-6 for microseconds -> seconds). A value
+ * counts under the first bound its bucket's upper end fits, so counts are exact at bounds
+ * that are bucket edges and within the histo's 1/16 elsewhere. */
+static void histogram(sbuf *b, const char *name, const char *help, const histo *h, const double *le, size_t nle,
+                      double scale)
+{
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t total = 0, sum_est = 0;
+    size_t nb = sizeof h->count / sizeof h->count[0];
+    for (size_t i = 0; i < nle; i++) {
+        uint64_t c = 0;
+        for (size_t k = 0; k < nb; k++) {
+            if (!h->count[k]) continue;
+            if ((double)histo_bucket_upper((unsigned)k) <= le[i]) c += h->count[k];
+        }
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i] * scale, (unsigned long long)c);
+    }
+    for (size_t k = 0; k < nb; k++) {
+        if (!h->count[k]) continue;
+        total += h->count[k];
+        sum_est += h->count[k] * histo_bucket_upper((unsigned)k);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %g\n%s_count %llu\n", name, (unsigned long long)total, name,
+        (double)sum_est * scale, name, (unsigned long long)total);
+}
+
+int metrics_format(dstl_storage *s, char **text)
+{
+    static const double lat_us[] = {1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7};
+    static const double writers[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    static const double bytes[] = {4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456};
+    dstl_stats st;
+    int rc = dstl_storage_stats(s, &st);
+    if (rc < 0) return rc;
+    histo *copy = malloc(4 * sizeof *copy);
+    if (!copy) return err_fail(-ENOMEM, "metrics: out of memory");
+    pthread_mutex_lock(&s->mu);
+    copy[0] = s->persist_lat_us;
+    copy[1] = s->upload_lat_us;
+    copy[2] = s->batch_writers;
+    copy[3] = s->segment_bytes;
+    pthread_mutex_unlock(&s->mu);
+
+    sbuf b = {0};
+    counter(&b, "dstl_appends_total", "Records appended.", st.appends);
+    counter(&b, "dstl_append_bytes_total", "Payload bytes appended.", st.append_bytes);
+    counter(&b, "dstl_persists_total", "Persist calls.", st.persists);
+    counter(&b, "dstl_persist_failures_total", "Persists that failed.", st.persist_failures);
+    counter(&b, "dstl_segments_written_total", "Segments made durable (one per flushed batch).", st.segments_written);
+    counter(&b, "dstl_segment_bytes_total", "Bytes of segments made durable.", st.segment_bytes);
+    counter(&b, "dstl_segments_deleted_total", "Segments deleted after truncation and discard.", st.segments_deleted);
+    counter(&b, "dstl_upload_requests_total", "HTTP requests to the object store (attempts, hedges included).",
+            st.remote_requests);
+    counter(&b, "dstl_upload_retries_total", "Requests retried after a failed attempt.", st.remote_retries);
+    counter(&b, "dstl_upload_failures_total", "Uploads and deletes that failed after every attempt.",
+            st.remote_failures);
+    counter(&b, "dstl_upload_hedged_attempts_total", "Attempts started because another was slow.", st.hedged_attempts);
+    counter(&b, "dstl_remote_bytes_written_total", "Request body bytes sent to the object store.",
+            st.remote_bytes_written);
+    counter(&b, "dstl_remote_bytes_read_total", "Response body bytes read from the object store.", st.remote_bytes_read);
+    counter(&b, "dstl_cache_hits_total", "Reader cache hits.", st.cache_hits);
+    counter(&b, "dstl_cache_misses_total", "Reader cache misses.", st.cache_misses);
+    gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
+    gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
+    histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,
+              sizeof lat_us / sizeof lat_us[0], 1e-6);
+    histogram(&b, "dstl_upload_latency_seconds", "Segment upload, flush to acknowledgement.", &copy[1], lat_us,
+              sizeof lat_us / sizeof lat_us[0], 1e-6);
+    histogram(&b, "dstl_upload_batch_writers", "Writer sections per segment.", &copy[2], writers,
+              sizeof writers / sizeof writers[0], 1);
+    histogram(&b, "dstl_upload_size_bytes", "Segment sizes.", &copy[3], bytes, sizeof bytes / sizeof bytes[0], 1);
+    free(copy);
+    if (b.oom) {
+        free(b.buf);
+        return err_fail(-ENOMEM, "metrics: out of memory");
+    }
+    *text = b.buf;
+    return 0;
+}
+
+int dstl_storage_metrics(dstl_storage *s, char **text)
+{
+    if (!s || !text) return err_fail(-EINVAL, "dstl_storage_metrics: NULL argument");
+    return metrics_format(s, text);
+}
+
+void metrics_write_file(dstl_storage *s)
+{
+    const char *path = s->cv.metrics_file;
+    if (!*path) return;
+    char *text = NULL;
+    if (metrics_format(s, &text) < 0) return;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    /* Metrics are a view, not data: no fsync; a crash leaves the last complete file. */
+    if (f) {
+        int ok = fputs(text, f) >= 0;
+        ok &= fclose(f) == 0;
+        if (ok) rename(tmp, path);
+        else unlink(tmp);
+    }
+    free(text);
+}

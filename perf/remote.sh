@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# perf/remote.sh BUILD_DIR — remote-durability lines (issue 5) against S3_ENDPOINT (perf/run.sh
+# exports the RGW it starts, or the user's endpoint from DSTL_PERF_S3_*):
+#   remote.wN.{mb_s,requests_s,persist_p99_us}  N = 16, 256, 1024 (bench_remote load)
+#   remote.requests_flatness                    w1024 requests/s / w16 requests/s
+#   remote.put_p99_us                           bare PUTs of the median segment size
+#   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
+#   recovery.mb_s, recovery.raw_get_mb_s, recovery.vs_raw   handles read back from S3 alone vs
+#                                               curl GETs of the same objects
+set -euo pipefail
+B=${1:?usage: perf/remote.sh BUILD_DIR}
+: "${S3_ENDPOINT:?}" "${S3_ACCESS_KEY:?}" "${S3_SECRET_KEY:?}"
+REGION=${S3_REGION:-us-east-1}
+SECS=${DSTL_PERF_SECONDS:-5}
+W=$(mktemp -d /tmp/dstl-perf-remote.XXXXXX)
+BUCKET=${DSTL_PERF_S3_BUCKET:-dstl-bench-$$}
+SIG=(--aws-sigv4 "aws:amz:$REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
+trap 'rm -rf "$W"' EXIT
+curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
+out="$W/lines"; : > "$out"
+emit() { tee -a "$out"; }
+val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
+for n in 16 256 1024; do
+  "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" "$W/keys$n" | emit
+done
+seg=$(val remote.w256.segment_mean_bytes); seg=${seg%.*}; seg=${seg:-1048576}
+"$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 50 | emit
+python3 - "$(val remote.w1024.requests_s)" "$(val remote.w16.requests_s)" "$(val remote.w256.persist_p99_us)" \
+  "$(val remote.put_p99_us)" <<'PY' | emit
+import sys
+r1024, r16, p99, put = (float(x or 'nan') for x in sys.argv[1:5])
+print(f"remote.requests_flatness {r1024 / r16:.3f} x")
+print(f"remote.p99_vs_put {(p99 - 10000) / put:.3f} x")
+PY
+# raw GETs of the objects the w256 recovery read, 8 at a time (the client's connections)
+: > "$W/get.cfg"; total=0
+while read -r key size; do
+  printf 'url = "%s/%s/%s"\noutput = "/dev/null"\n' "$S3_ENDPOINT" "$BUCKET" "$key" >> "$W/get.cfg"
+  total=$((total + size))
+done < "$W/keys256"
+t0=$(date +%s.%N)
+curl -sf --parallel --parallel-max 8 "${SIG[@]}" -K "$W/get.cfg"
+t1=$(date +%s.%N)
+raw=$(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}')
+echo "recovery.mb_s $(val recovery.w256.mb_s) MB/s" | emit
+echo "recovery.raw_get_mb_s $raw MB/s" | emit
+awk -v a="$(val recovery.w256.fetched_mb_s)" -v b="$raw" 'BEGIN{printf "recovery.vs_raw %.3f x\n", a/b}' | emit
