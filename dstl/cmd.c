@@ -195,24 +195,32 @@ static int cmd_show_config(const cmd_globals *g)
 int main(int argc, char **argv)
 {
     cmd_globals g = {0};
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
-            g.config_file = argv[++i];
-        } else if (!strcmp(argv[i], "--set") && i + 1 < argc) {
+    /* --config and --set are taken wherever they stand (`dstl demo --config F` works as
+     * `dstl --config F demo`); everything else keeps its order. */
+    int n = 1;
+    for (int k = 1; k < argc; k++) {
+        if (!strcmp(argv[k], "--config") && k + 1 < argc) {
+            g.config_file = argv[++k];
+        } else if (!strcmp(argv[k], "--set") && k + 1 < argc) {
             if (g.nsets == (int)(sizeof g.sets / sizeof g.sets[0])) {
                 fprintf(stderr, "dstl: too many --set options\n");
                 return 2;
             }
-            g.sets[g.nsets++] = argv[++i];
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
+            g.sets[g.nsets++] = argv[++k];
         } else {
-            fprintf(stderr, "dstl: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return 2;
+            argv[n++] = argv[k];
         }
+    }
+    argc = n;
+    int i = 1;
+    if (i < argc && (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (i < argc && argv[i][0] == '-') {
+        fprintf(stderr, "dstl: unknown option %s\n", argv[i]);
+        usage(stderr);
+        return 2;
     }
     if (i >= argc) {
         usage(stderr);
