@@ -11,8 +11,8 @@
  * the first seq >= seq_to.
  *
  * Before any record is returned, every byte it comes from is CRC-checked at open: the whole
- * section's CRC when the caller passed the whole section, else each needed run's CRC (a
- * partial range of an uncompressed section); a compressed section is checked, decompressed
+ * section's CRC for a compressed section, else each needed run's CRC (for an uncompressed
+ * section, whatever range was passed); a compressed section is checked, decompressed
  * into an owned buffer and its needed runs checked again. Parsing still bounds-checks every
  * varint and length, so bytes whose CRCs were forged cannot make it read outside the runs.
  *
@@ -171,13 +171,18 @@ int wire_iter_open(const wire_section_info *sec, const void *bytes, uint64_t bas
 {
     if (!sec || !out || (!bytes && len))
         return wire_fail(err, -EINVAL, "iterator: NULL argument");
-    int whole = base == 0 && len == sec->stored_len;
-    if (!whole && (sec->compression != WIRE_COMP_NONE || base > sec->stored_len ||
-                   len > sec->stored_len - base))
+    int covers = base == 0 && len == sec->stored_len;
+    if (!covers && (sec->compression != WIRE_COMP_NONE || base > sec->stored_len ||
+                    len > sec->stored_len - base))
         return wire_fail(err, -EINVAL,
                          "iterator: bytes [%llu, +%zu) of section %s are not the whole section (%llu bytes%s)",
                          ULL(base), len, sec->writer_id, ULL(sec->stored_len),
                          sec->compression != WIRE_COMP_NONE ? ", compressed" : "");
+    /* An uncompressed section is checked run by run even when the buffer spans all of it: a
+     * reader may pass the covering range of the runs it fetched, with gaps it never filled
+     * (wire_section_ranges). Every byte a record comes from is in a run, so every returned
+     * byte is still checked; a compressed section is checked whole before it is inflated. */
+    int whole = covers && sec->compression != WIRE_COMP_NONE;
     wire_iter *it = calloc(1, sizeof *it);
     if (!it) return wire_fail(err, -ENOMEM, "iterator: out of memory");
     snprintf(it->writer, sizeof it->writer, "%s", sec->writer_id);
