@@ -260,6 +260,22 @@ static int preempt(dstl_writer *w)
 
 /* ---- append ---- */
 
+/* One header, one copy, counters: the writer thread owns all of it (the stats are relaxed
+ * atomics only so dstl_storage_stats may read them from another thread). */
+static inline void put_record(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len, size_t need)
+{
+    chunk *c = w->tail;
+    c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
+    c->nrec++;
+    w->next_seq++;
+    w->payload_total += len;
+    w->unsent_bytes += need;
+    atomic_store_explicit(&w->st_appends, atomic_load_explicit(&w->st_appends, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&w->st_append_bytes, atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed) + len,
+                          memory_order_relaxed);
+}
+
 static int append_slow(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len, size_t need)
 {
     if (w->unsent_bytes >= w->preempt_bytes) {
@@ -276,17 +292,7 @@ static int append_slow(dstl_writer *w, int meta, uint32_t kg, const void *data, 
         int rc = chunk_grow(w, need);
         if (rc < 0) return rc;
     }
-    chunk *c = w->tail;
-    c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
-    c->nrec++;
-    w->next_seq++;
-    w->payload_total += len;
-    w->unsent_bytes += need;
-    atomic_store_explicit(&w->st_appends, atomic_load_explicit(&w->st_appends, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    atomic_store_explicit(&w->st_append_bytes,
-                          atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed) + len,
-                          memory_order_relaxed);
+    put_record(w, meta, kg, data, len, need);
     return 0;
 }
 
@@ -297,20 +303,10 @@ static inline int append_rec(dstl_writer *w, int meta, uint32_t kg, const void *
                         WIRE_REC_MAX_LEN);
     if (len && !data) return err_fail(-EINVAL, "writer %s: NULL data with length %zu", w->id, len);
     size_t need = wire_rec_size(len);
-    chunk *c = w->tail;
+    const chunk *c = w->tail;
     if (__builtin_expect(!c || c->cap - c->used < need || w->unsent_bytes >= w->preempt_bytes, 0))
         return append_slow(w, meta, kg, data, len, need);
-    /* The hot path: one header, one copy, counters; the writer thread owns all of it. */
-    c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
-    c->nrec++;
-    w->next_seq++;
-    w->payload_total += len;
-    w->unsent_bytes += need;
-    atomic_store_explicit(&w->st_appends, atomic_load_explicit(&w->st_appends, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
-    atomic_store_explicit(&w->st_append_bytes,
-                          atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed) + len,
-                          memory_order_relaxed);
+    put_record(w, meta, kg, data, len, need);
     return 0;
 }
 
