@@ -1,12 +1,32 @@
 /*
  * dstl/reader.c — recovery readers: a handle's records, in seq order, verified, filtered.
  *
- * For each piece of the handle the reader opens the piece's segment from its trailer and
- * footer (checked against what the handle recorded: offsets, lengths, CRCs), reads only
- * the part of the section that holds the asked key groups (the whole section when it is
- * compressed) and iterates it with wire's iterator, which checks every CRC before a record
- * leaves it. A reader is used by one thread at a time; it reads with blocking preads from
- * the local copy (dstl.local.dir).
+ * Each piece of the handle is read as a *job* in two stages:
+ *  1. footer: the bytes [footer_offset, object_len) of its segment (footer + trailer, in one
+ *     read or ranged GET; a GET reads at least the last TAIL_READ_BYTES, whose section bytes
+ *     the next stage uses), checked against what the handle recorded (offsets, lengths, CRCs),
+ *     then parsed into the segment's index;
+ *  2. section: only the bytes of the piece's section that hold the asked key groups
+ *     (wire_section_ranges: the selected key-group runs and the meta run; a compressed section
+ *     whole), laid out as their covering range, then opened with wire's iterator, which checks
+ *     every CRC (and decompresses) before a record leaves it.
+ *
+ * Where the bytes come from, per segment: the local copy in dstl.local.dir when it exists with
+ * the length the handle names (local recovery; blocking preads); otherwise, when the handle has
+ * a remote_uri, the object s3://bucket/<remote_key(name)>: first the reader cache (cache.h),
+ * then ranged GETs on the reader's own S3 client. Remote pieces are fetched ahead: up to
+ * READ_WINDOW_PIECES jobs / READ_WINDOW_BYTES run at once, their GETs progressing whenever the
+ * reader drives its client (while waiting for the current piece, and every few records while
+ * the current piece is consumed). Bytes fetched from S3 enter the cache only after they
+ * passed their CRC check; cached bytes are checked again when read, and a mismatch there
+ * drops the entry and fetches from S3 once more before anything is reported.
+ *
+ * Errors are per job, reported when the reader reaches that piece (earlier records are still
+ * returned), then sticky. A remote failure names s3://bucket/key; a missing object is -ENOENT.
+ *
+ * Threads: a reader is used by one thread at a time; its S3 client is driven only from
+ * dstl_reader_next/close (GET callbacks run there too). The cache and the client pool are
+ * shared by all readers of the storage and are thread-safe.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -14,20 +34,87 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dstl/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
+#include "dstl/remote.h"
 #include "dstl/segstore.h"
+
+/* Pieces fetched at once per reader. Each remote piece costs two round trips (footer, then
+ * its section); with 8 in flight those hide behind the consumption of earlier pieces even at
+ * S3's 20-50 ms first-byte latency, and 8 matches the client's default connection count
+ * (dstl.upload.connections), beyond which GETs would only queue. */
+#define READ_WINDOW_PIECES 8
+/* Bytes of pieces ahead of the current one that a reader may hold: about a third of a second
+ * of a fast link keeps the GETs streaming, and bounds a reader's memory (recovery opens a few
+ * readers per task). The current piece is fetched whatever its size. */
+#define READ_WINDOW_BYTES (32ull << 20)
+/* Two ranges of one section closer than this are fetched as one: a GET costs a round trip
+ * (about 1 ms on a LAN store, 20-50 ms on S3), worth far more than 64 KiB of transfer. */
+#define RANGE_MERGE_GAP_BYTES (64u << 10)
+/* The first GET of a remote segment reads at least this much of its tail, not just footer and
+ * trailer: a segment this small then costs one GET instead of two, and a larger one brings the
+ * end of its last section along (the meta run every reader needs). A request costs a round
+ * trip (about 1 ms on a LAN store, 20-50 ms first byte on S3); 64 KiB cost about 0.5 ms of a
+ * 1 Gbit/s link. */
+#define TAIL_READ_BYTES (64u << 10)
+/* While a piece is consumed, the client is driven (without waiting) every this many records so
+ * the prefetch GETs keep reading their sockets: a turn costs a poll, a few microseconds. */
+#define DRIVE_EVERY_RECORDS 256u
+
+enum { SRC_UNKNOWN = 0, SRC_LOCAL = 1, SRC_REMOTE = 2 };
+enum { J_IDLE = 0, J_FOOTER, J_SECTION, J_READY, J_FAILED };
+
+typedef struct job job;
+
+typedef struct {
+    job *j;
+    int part;
+} get_ctx;
+
+struct job {
+    dstl_reader *r;
+    size_t piece;
+    int state;
+    int remote;
+    char where[1100];               /* "s3://bucket/key" or "<local dir>/<name>": for messages */
+    const char *key;                /* remote: the key inside where */
+    cache_entry *ce;                /* remote: the object's cache entry (referenced) */
+    int no_cache;                   /* cached bytes failed their check: use S3 only */
+    int gets;                       /* GETs in flight */
+    s3_op *ops[2];
+    get_ctx gctx[2];
+    uint8_t *buf;                   /* this stage's bytes: object offsets [buf_off, buf_off + buf_len) */
+    uint64_t buf_off;
+    size_t buf_len;
+    int nparts;                     /* the ranges to fill in buf (object offsets) */
+    uint64_t part_off[2], part_len[2];
+    uint64_t get_off[2], get_len[2];  /* what a part's GET asked for */
+    uint8_t *tail;                  /* the footer stage's buffer, kept for the section stage: */
+    uint64_t tail_off, tail_lo;     /* object offset of tail[0]; S3 bytes start at tail_lo */
+    size_t tail_len;
+    unsigned cached, fetched;       /* parts served by the cache / by S3 */
+    wire_index *ix;
+    wire_iter *it;
+    int err;
+    char errmsg[512];
+};
 
 struct dstl_reader {
     dstl_storage *s;
     wire_handle *wh;
     uint32_t kg_first, kg_last;
-    size_t piece;                   /* next piece to open */
-    wire_iter *it;
-    uint8_t *buf;
-    size_t buf_cap;
-    wire_index *ix;                 /* footer of segment ix_seg */
-    uint32_t ix_seg;
+    size_t piece;                   /* the piece being read: jobs[piece % READ_WINDOW_PIECES] */
+    size_t next_start;              /* the next piece to start a job for */
+    job jobs[READ_WINDOW_PIECES];
+    uint8_t *src;                   /* per segment of the handle: SRC_* */
+    remote_loc loc;                 /* of wh->remote_uri, once loc_state is 1 */
+    int loc_state;                  /* 0 not parsed, 1 ok, < 0 the parse error */
+    char loc_err[512];
+    s3_client *cli;                 /* taken on the first remote piece */
+    s3_stats counted;               /* cli's counters already added to the storage's */
+    rcache *cache;
+    unsigned since_drive;
     int err;                        /* sticky */
     char errmsg[512];
 };
@@ -43,83 +130,385 @@ static int fail(dstl_reader *r, int code, const char *fmt, ...)
     return err_fail(code, "%s", r->errmsg);
 }
 
-static int read_exact(dstl_reader *r, const char *name, uint64_t off, void *buf, size_t len)
+static void stage_done(job *j);
+
+/* Fails the job (its error is reported when the reader reaches it); its other GETs are
+ * cancelled (their callbacks still come, and find the job failed). */
+static void job_fail(job *j, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void job_fail(job *j, int code, const char *fmt, ...)
 {
-    ssize_t n = segstore_read_at(r->s->local_dir, name, off, buf, len);
-    if (n < 0) return fail(r, (int)n, "%s", dstl_last_error());
-    if ((size_t)n < len)
-        return fail(r, DSTL_ECORRUPT, "segment %s/%s: %zu bytes at offset %llu, file ends after %zd",
-                    r->s->local_dir, name, len, (unsigned long long)off, n);
-    return 0;
+    if (j->state == J_FAILED) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->errmsg, sizeof j->errmsg, fmt, ap);
+    va_end(ap);
+    j->err = code;
+    j->state = J_FAILED;
+    for (int i = 0; i < 2; i++)
+        if (j->ops[i]) s3_op_cancel(j->ops[i]);
 }
 
-static int grow(dstl_reader *r, size_t len)
+static const wire_seg_ref *job_seg(const job *j)
 {
-    if (len <= r->buf_cap) return 0;
-    uint8_t *b = realloc(r->buf, len);
-    if (!b) return fail(r, -ENOMEM, "reader: out of memory for %zu bytes", len);
-    r->buf = b;
-    r->buf_cap = len;
-    return 0;
+    return &j->r->wh->segs[j->r->wh->pieces[j->piece].seg];
 }
 
-/* Loads (and checks) the footer of segment i of the handle. */
-static int load_index(dstl_reader *r, uint32_t i)
+/* Adds what the client did since last time to the storage's counters. */
+static void account(dstl_reader *r)
 {
-    if (r->ix && r->ix_seg == i) return 0;
-    wire_index_free(r->ix);
-    r->ix = NULL;
+    if (!r->cli) return;
+    s3_stats now;
+    s3_client_stats(r->cli, &now);
+    dstl_storage *s = r->s;
+    atomic_fetch_add_explicit(&s->st_rd_requests, now.requests - r->counted.requests, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->st_rd_retries, now.retries - r->counted.retries, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->st_rd_hedges, now.hedges - r->counted.hedges, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->st_rd_bytes, now.bytes_received - r->counted.bytes_received, memory_order_relaxed);
+    r->counted = now;
+}
+
+/* ---- where a segment is ---- */
+
+static int seg_source(dstl_reader *r, uint32_t i)
+{
+    if (r->src[i] != SRC_UNKNOWN) return r->src[i];
     const wire_seg_ref *g = &r->wh->segs[i];
-    uint8_t tr[WIRE_SEG_TRAILER_LEN];
-    if (g->object_len < WIRE_SEG_TRAILER_LEN)
-        return fail(r, DSTL_ECORRUPT, "handle: segment %s length %llu is too small", g->name,
-                    (unsigned long long)g->object_len);
-    int rc = read_exact(r, g->name, g->object_len - WIRE_SEG_TRAILER_LEN, tr, sizeof tr);
-    if (rc < 0) return rc;
+    uint64_t size = 0;
+    int rc = segstore_size(r->s->local_dir, g->name, &size);
+    /* A 0-byte file is a name reserved and never written; a copy of another length is not
+     * the one the handle names (a torn local write): S3 has the object when there is one. */
+    int local_ok = rc == 0 && size == g->object_len;
+    r->src[i] = local_ok || !*r->wh->remote_uri ? SRC_LOCAL : SRC_REMOTE;
+    return r->src[i];
+}
+
+/* ---- fetching parts ---- */
+
+static void on_get(void *ctx, const s3_result *res)
+{
+    get_ctx *g = ctx;
+    job *j = g->j;
+    int i = g->part;
+    j->ops[i] = NULL;
+    j->gets--;
+    if (j->state == J_FAILED) return;
+    const wire_seg_ref *sg = job_seg(j);
+    if (res->err < 0) {
+        atomic_fetch_add_explicit(&j->r->s->st_rd_failures, 1, memory_order_relaxed);
+        if (res->err == -ENOENT)
+            job_fail(j, -ENOENT, "segment %s: not found in the remote store (%s)", j->where, res->error);
+        else
+            job_fail(j, res->err, "segment %s: %s", j->where, res->error);
+        return;
+    }
+    if (res->object_size != sg->object_len) {
+        job_fail(j, DSTL_ECORRUPT, "segment %s: the object is %llu bytes, the handle names %llu", j->where,
+                 (unsigned long long)res->object_size, (unsigned long long)sg->object_len);
+        return;
+    }
+    if (res->bytes != j->get_len[i]) {
+        job_fail(j, DSTL_ECORRUPT, "segment %s: GET of %llu bytes at offset %llu gave %llu", j->where,
+                 (unsigned long long)j->get_len[i], (unsigned long long)j->get_off[i],
+                 (unsigned long long)res->bytes);
+        return;
+    }
+    if (j->gets == 0) stage_done(j);
+}
+
+/* Fills part i of the job's buffer: a pread of the local copy, the cache, or S3 — a footer
+ * GET from buf_off (the speculative tail), a section part from the tail where it overlaps. */
+static void part_fetch(job *j, int i)
+{
+    dstl_reader *r = j->r;
+    uint8_t *dst = j->buf + (j->part_off[i] - j->buf_off);
+    size_t len = (size_t)j->part_len[i];
+    if (!j->remote) {
+        ssize_t n = segstore_read_at(r->s->local_dir, job_seg(j)->name, j->part_off[i], dst, len);
+        if (n < 0) job_fail(j, (int)n, "%s", dstl_last_error());
+        else if ((size_t)n < len)
+            job_fail(j, DSTL_ECORRUPT, "segment %s: %zu bytes at offset %llu, file ends after %zd", j->where, len,
+                     (unsigned long long)j->part_off[i], n);
+        return;
+    }
+    if (!j->no_cache && cache_read(r->cache, j->ce, j->part_off[i], len, dst)) {
+        j->cached |= 1u << i;
+        return;
+    }
+    j->fetched |= 1u << i;
+    j->get_off[i] = j->part_off[i];
+    j->get_len[i] = len;
+    if (j->state == J_FOOTER) {
+        j->get_len[i] += j->part_off[i] - j->buf_off;
+        j->get_off[i] = j->buf_off;
+        dst = j->buf;
+    } else if (j->tail && j->part_off[i] + len > j->tail_lo) {
+        uint64_t from = j->part_off[i] > j->tail_lo ? j->part_off[i] : j->tail_lo;
+        memcpy(dst + (from - j->part_off[i]), j->tail + (from - j->tail_off), (size_t)(j->part_off[i] + len - from));
+        j->get_len[i] = from - j->part_off[i];
+        if (j->get_len[i] == 0) return;
+    }
+    int rc = s3_get_object(r->cli, r->loc.bucket, j->key, j->get_off[i], dst, (size_t)j->get_len[i], &j->ops[i],
+                           on_get, &j->gctx[i]);
+    if (rc < 0) {
+        job_fail(j, rc, "segment %s: GET of %llu bytes at offset %llu could not start: %s", j->where,
+                 (unsigned long long)j->get_len[i], (unsigned long long)j->get_off[i], dstl_strerror(rc));
+        return;
+    }
+    j->gets++;
+}
+
+/* Fills every part of the current stage; the stage ends here when nothing went to S3. */
+static void stage_run(job *j)
+{
+    j->cached = j->fetched = 0;
+    for (int i = 0; i < j->nparts && j->state != J_FAILED; i++) part_fetch(j, i);
+    if (j->state != J_FAILED && j->gets == 0) stage_done(j);
+}
+
+/* Cached bytes failed a check: forget them and fetch this stage from S3. Returns 1 when it
+ * did (the caller stops), 0 when the bytes were not from the cache. */
+static int refetch_uncached(job *j)
+{
+    if (!j->cached || j->no_cache) return 0;
+    cache_invalidate(j->r->cache, j->ce);
+    j->no_cache = 1;
+    stage_run(j);
+    return 1;
+}
+
+static void cache_fetched(job *j)
+{
+    for (int i = 0; i < j->nparts; i++)
+        if (j->fetched & (1u << i))
+            cache_insert(j->r->cache, j->ce, j->part_off[i], (size_t)j->part_len[i],
+                         j->buf + (j->part_off[i] - j->buf_off));
+}
+
+static void section_begin(job *j);
+
+static void footer_done(job *j)
+{
+    const wire_seg_ref *g = job_seg(j);
     wire_err e = {{0}};
     uint64_t foff;
     uint32_t flen, fcrc;
-    if ((rc = wire_trailer_parse(tr, sizeof tr, g->object_len, &foff, &flen, &fcrc, &e)) < 0)
-        return fail(r, rc, "segment %s/%s: %s", r->s->local_dir, g->name, e.msg);
-    if (foff != g->footer_offset || flen != g->footer_len || fcrc != g->footer_crc)
-        return fail(r, DSTL_ECORRUPT, "segment %s/%s: footer at %llu (%u bytes, crc %08x) is not the one the "
-                    "handle names (%llu, %u bytes, crc %08x)", r->s->local_dir, g->name,
-                    (unsigned long long)foff, flen, fcrc, (unsigned long long)g->footer_offset, g->footer_len,
-                    g->footer_crc);
-    if ((rc = grow(r, flen)) < 0) return rc;
-    if ((rc = read_exact(r, g->name, foff, r->buf, flen)) < 0) return rc;
-    if ((rc = wire_index_parse(r->buf, flen, fcrc, foff, g->object_len, &r->ix, &e)) < 0)
-        return fail(r, rc, "segment %s/%s: %s", r->s->local_dir, g->name, e.msg);
-    r->ix_seg = i;
+    int rc = wire_trailer_parse(j->buf + j->buf_len - WIRE_SEG_TRAILER_LEN, WIRE_SEG_TRAILER_LEN, g->object_len,
+                                &foff, &flen, &fcrc, &e);
+    const uint8_t *footer = j->buf + (g->footer_offset - j->buf_off);
+    if (rc < 0) {
+        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
+        return;
+    }
+    if (foff != g->footer_offset || flen != g->footer_len || fcrc != g->footer_crc) {
+        if (!refetch_uncached(j))
+            job_fail(j, DSTL_ECORRUPT, "segment %s: footer at %llu (%u bytes, crc %08x) is not the one the handle "
+                     "names (%llu, %u bytes, crc %08x)", j->where, (unsigned long long)foff, flen, fcrc,
+                     (unsigned long long)g->footer_offset, g->footer_len, g->footer_crc);
+        return;
+    }
+    if ((rc = wire_index_parse(footer, flen, fcrc, foff, g->object_len, &j->ix, &e)) < 0) {
+        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
+        return;
+    }
+    if (j->remote) {
+        cache_fetched(j);       /* the footer and trailer: the bytes before them are not checked yet */
+        j->tail = j->buf;
+        j->tail_off = j->buf_off;
+        j->tail_len = j->buf_len;
+        j->tail_lo = j->fetched ? j->buf_off : g->footer_offset;
+    } else {
+        free(j->buf);
+    }
+    j->buf = NULL;
+    section_begin(j);
+}
+
+static void section_begin(job *j)
+{
+    dstl_reader *r = j->r;
+    const wire_piece *p = &r->wh->pieces[j->piece];
+    if (p->section >= wire_index_nsections(j->ix)) {
+        job_fail(j, DSTL_ECORRUPT, "segment %s: the handle names section %u of %zu", j->where, p->section,
+                 wire_index_nsections(j->ix));
+        return;
+    }
+    const wire_section_info *sec = wire_index_section(j->ix, p->section);
+    if (sec->offset != p->offset || sec->stored_len != p->stored_len || sec->crc != p->crc ||
+        p->seq_first < sec->seq_first || p->seq_end > sec->seq_end || strcmp(sec->writer_id, r->wh->writer_id) != 0) {
+        job_fail(j, DSTL_ECORRUPT, "segment %s section %u (offset %llu): does not match the handle's piece "
+                 "(writer %s, seqs %llu-%llu)", j->where, p->section, (unsigned long long)sec->offset,
+                 r->wh->writer_id, (unsigned long long)p->seq_first, (unsigned long long)p->seq_end);
+        return;
+    }
+    uint64_t off[2], len[2];
+    int n = wire_section_ranges(sec, r->kg_first, r->kg_last, off, len);
+    if (n == 2 && off[1] - (off[0] + len[0]) < RANGE_MERGE_GAP_BYTES) {
+        len[0] = off[1] + len[1] - off[0];
+        n = 1;
+    }
+    j->nparts = n;
+    for (int i = 0; i < n; i++) {
+        j->part_off[i] = sec->offset + off[i];
+        j->part_len[i] = len[i];
+    }
+    j->buf_off = sec->offset + (n ? off[0] : 0);
+    j->buf_len = n ? (size_t)(off[n - 1] + len[n - 1] - off[0]) : 0;
+    if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
+        job_fail(j, -ENOMEM, "segment %s section %u: out of memory for %zu bytes", j->where, p->section, j->buf_len);
+        return;
+    }
+    j->state = J_SECTION;
+    stage_run(j);
+}
+
+static void section_done(job *j)
+{
+    dstl_reader *r = j->r;
+    const wire_piece *p = &r->wh->pieces[j->piece];
+    const wire_section_info *sec = wire_index_section(j->ix, p->section);
+    /* The buffer may span the section with a gap never fetched (two ranges: the key groups
+     * from the first run, and the meta run): wire checks uncompressed sections run by run,
+     * so the gap is never read. */
+    wire_err e = {{0}};
+    int rc = wire_iter_open(sec, j->buf, j->buf_off - sec->offset, j->buf_len, p->seq_first, p->seq_end,
+                            r->kg_first, r->kg_last, &j->it, &e);
+    if (rc < 0) {
+        if (!refetch_uncached(j))
+            job_fail(j, rc, "segment %s section %u (offset %llu): %s", j->where, p->section,
+                     (unsigned long long)sec->offset, e.msg);
+        return;
+    }
+    if (j->remote && j->nparts) {
+        cache_fetched(j);
+        if (j->fetched) atomic_fetch_add_explicit(&r->s->st_cache_misses, 1, memory_order_relaxed);
+        else atomic_fetch_add_explicit(&r->s->st_cache_hits, 1, memory_order_relaxed);
+    }
+    wire_index_free(j->ix);         /* the iterator copied what it needs */
+    j->ix = NULL;
+    free(j->tail);
+    j->tail = NULL;
+    j->tail_len = 0;
+    j->state = J_READY;
+}
+
+static void stage_done(job *j)
+{
+    if (j->state == J_FOOTER) footer_done(j);
+    else if (j->state == J_SECTION) section_done(j);
+}
+
+/* ---- jobs ---- */
+
+/* Resolves the handle's remote location and takes a client, once per reader. */
+static int remote_ready(dstl_reader *r, job *j)
+{
+    if (r->loc_state == 0) {
+        if (remote_parse_uri(r->wh->remote_uri, "handle remote uri", &r->loc) < 0) {
+            snprintf(r->loc_err, sizeof r->loc_err, "%s", dstl_last_error());
+            r->loc_state = DSTL_ECORRUPT;
+        } else {
+            r->loc_state = 1;
+        }
+    }
+    if (r->loc_state < 0) {
+        job_fail(j, r->loc_state, "handle of writer %s: %s", r->wh->writer_id, r->loc_err);
+        return -1;
+    }
+    if (!r->cli) {
+        int rc = cache_client_take(r->s, &r->cli);
+        if (rc < 0) {
+            job_fail(j, rc, "reader: %s", dstl_last_error());
+            return -1;
+        }
+        s3_client_stats(r->cli, &r->counted);
+    }
     return 0;
 }
 
-static int open_piece(dstl_reader *r)
+static void job_start(dstl_reader *r, job *j, size_t piece, int src)
 {
-    const wire_piece *p = &r->wh->pieces[r->piece];
-    const wire_seg_ref *g = &r->wh->segs[p->seg];
-    int rc = load_index(r, p->seg);
-    if (rc < 0) return rc;
-    if (p->section >= wire_index_nsections(r->ix))
-        return fail(r, DSTL_ECORRUPT, "segment %s: handle names section %u of %zu", g->name, p->section,
-                    wire_index_nsections(r->ix));
-    const wire_section_info *sec = wire_index_section(r->ix, p->section);
-    if (sec->offset != p->offset || sec->stored_len != p->stored_len || sec->crc != p->crc ||
-        p->seq_first < sec->seq_first || p->seq_end > sec->seq_end || strcmp(sec->writer_id, r->wh->writer_id) != 0)
-        return fail(r, DSTL_ECORRUPT, "segment %s section %u (offset %llu): does not match the handle's piece "
-                    "(writer %s, seqs %llu-%llu)", g->name, p->section, (unsigned long long)sec->offset,
-                    r->wh->writer_id, (unsigned long long)p->seq_first, (unsigned long long)p->seq_end);
-    uint64_t off, len;
-    wire_section_range(sec, r->kg_first, r->kg_last, &off, &len);
-    if ((rc = grow(r, len ? len : 1)) < 0) return rc;
-    if (len && (rc = read_exact(r, g->name, sec->offset + off, r->buf, len)) < 0) return rc;
-    wire_err e = {{0}};
-    rc = wire_iter_open(sec, r->buf, off, len, p->seq_first, p->seq_end, r->kg_first, r->kg_last, &r->it, &e);
-    if (rc < 0)
-        return fail(r, rc, "segment %s/%s section %u (offset %llu): %s", r->s->local_dir, g->name, p->section,
-                    (unsigned long long)sec->offset, e.msg);
+    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER};
+    j->gctx[0] = (get_ctx){j, 0};
+    j->gctx[1] = (get_ctx){j, 1};
+    const wire_seg_ref *g = job_seg(j);
+    if (j->remote) {
+        if (remote_ready(r, j) < 0) return;
+        int n = snprintf(j->where, sizeof j->where, "s3://%s/", r->loc.bucket);
+        if (remote_key(&r->loc, g->name, j->where + n, sizeof j->where - (size_t)n) < 0) {
+            job_fail(j, -ENAMETOOLONG, "segment %s: object key too long", g->name);
+            return;
+        }
+        j->key = j->where + n;
+        j->ce = cache_acquire(r->cache, j->where);
+    } else {
+        snprintf(j->where, sizeof j->where, "%s/%s", r->s->local_dir, g->name);
+    }
+    /* The handle's decoder checked that the footer ends WIRE_SEG_TRAILER_LEN bytes before the
+     * object's end, so this is footer + trailer. */
+    j->nparts = 1;
+    j->part_off[0] = j->buf_off = g->footer_offset;
+    j->part_len[0] = (size_t)(g->object_len - g->footer_offset);
+    if (j->remote && g->object_len - g->footer_offset < TAIL_READ_BYTES)
+        j->buf_off = g->object_len > TAIL_READ_BYTES ? g->object_len - TAIL_READ_BYTES : 0;
+    j->buf_len = (size_t)(g->object_len - j->buf_off);
+    if (j->part_len[0] < WIRE_SEG_TRAILER_LEN) {
+        job_fail(j, DSTL_ECORRUPT, "handle: segment %s length %llu leaves no room for a trailer", g->name,
+                 (unsigned long long)g->object_len);
+        return;
+    }
+    if (!(j->buf = malloc(j->buf_len))) {
+        job_fail(j, -ENOMEM, "segment %s: out of memory for a %zu-byte footer", j->where, j->buf_len);
+        return;
+    }
+    stage_run(j);
+}
+
+/* Frees what a job holds; it has no GET in flight. */
+static void job_clear(dstl_reader *r, job *j)
+{
+    wire_iter_free(j->it);
+    wire_index_free(j->ix);
+    free(j->buf);
+    free(j->tail);
+    cache_release(r->cache, j->ce);
+    *j = (job){0};
+}
+
+/* Starts jobs for the pieces ahead while the window has room. A local piece is read only when
+ * it is the current one (a blocking pread gains nothing by going early). */
+static void fill(dstl_reader *r)
+{
+    while (r->next_start < r->wh->npieces && r->next_start - r->piece < READ_WINDOW_PIECES) {
+        size_t p = r->next_start;
+        if (p > r->piece) {
+            uint64_t ahead = 0;
+            for (size_t q = r->piece + 1; q < p; q++) {
+                const job *a = &r->jobs[q % READ_WINDOW_PIECES];
+                ahead += a->buf_len + a->tail_len;
+            }
+            if (ahead >= READ_WINDOW_BYTES) break;
+        }
+        int src = seg_source(r, r->wh->pieces[p].seg);
+        if (src != SRC_REMOTE && p != r->piece) break;
+        job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src);
+        r->next_start++;
+    }
+}
+
+/* Drives the client until job j is ready or failed. */
+static int wait_job(dstl_reader *r, job *j)
+{
+    while (j->state == J_FOOTER || j->state == J_SECTION) {
+        if (!r->cli || s3_client_pending(r->cli) == 0)
+            return fail(r, -EIO, "reader: piece %zu waits for a GET that is not in flight", j->piece);
+        int n = s3_client_run(r->cli, NULL, 0, 1000);
+        account(r);
+        if (n < 0) return fail(r, n, "reader: S3 client loop failed: %s", dstl_strerror(n));
+    }
     return 0;
 }
+
+/* ---- API ---- */
 
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_first,
                      uint32_t key_group_last, dstl_reader **out)
@@ -129,13 +518,15 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
     dstl_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->wh = wire_handle_dup(h->wh))) {
+    if (!r || !(r->wh = wire_handle_dup(h->wh)) || !(r->src = calloc(r->wh->nsegs + 1, 1))) {
+        if (r) wire_handle_free(r->wh);
         free(r);
         return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
     }
     r->s = s;
     r->kg_first = key_group_first;
     r->kg_last = key_group_last;
+    if (*r->wh->remote_uri) r->cache = cache_get(s);
     *out = r;
     return 0;
 }
@@ -145,24 +536,30 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
     if (!r || !rec) return err_fail(-EINVAL, "dstl_reader_next: NULL argument");
     if (r->err) return err_fail(r->err, "%s", r->errmsg);
     for (;;) {
-        if (!r->it) {
-            if (r->piece >= r->wh->npieces) return 0;
-            int rc = open_piece(r);
-            if (rc < 0) return rc;
+        if (r->piece >= r->wh->npieces) return 0;
+        fill(r);
+        job *j = &r->jobs[r->piece % READ_WINDOW_PIECES];
+        int rc = wait_job(r, j);
+        if (rc < 0) return rc;
+        if (j->state == J_FAILED) return fail(r, j->err, "%s", j->errmsg);
+        if (r->cli && ++r->since_drive >= DRIVE_EVERY_RECORDS) {
+            r->since_drive = 0;
+            if (s3_client_pending(r->cli)) {
+                int n = s3_client_run(r->cli, NULL, 0, 0);
+                account(r);
+                if (n < 0) return fail(r, n, "reader: S3 client loop failed: %s", dstl_strerror(n));
+            }
         }
         wire_record wr;
         wire_err e = {{0}};
-        int rc = wire_iter_next(r->it, &wr, &e);
+        rc = wire_iter_next(j->it, &wr, &e);
         if (rc == 1) {
             *rec = (dstl_record){wr.seq, wr.key_group, wr.is_meta, wr.data, wr.len};
             return 1;
         }
-        const wire_piece *p = &r->wh->pieces[r->piece];
         if (rc < 0)
-            return fail(r, rc, "segment %s/%s section %u: %s", r->s->local_dir, r->wh->segs[p->seg].name,
-                        p->section, e.msg);
-        wire_iter_free(r->it);
-        r->it = NULL;
+            return fail(r, rc, "segment %s section %u: %s", j->where, r->wh->pieces[r->piece].section, e.msg);
+        job_clear(r, j);
         r->piece++;
     }
 }
@@ -170,9 +567,22 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
 void dstl_reader_close(dstl_reader *r)
 {
     if (!r) return;
-    wire_iter_free(r->it);
-    wire_index_free(r->ix);
+    if (r->cli) {
+        for (size_t i = 0; i < READ_WINDOW_PIECES; i++)
+            for (int k = 0; k < 2; k++)
+                if (r->jobs[i].ops[k]) s3_op_cancel(r->jobs[i].ops[k]);
+        /* Cancelled GETs complete on the next turns; a client that still has some is freed
+         * (its free runs their callbacks, while the jobs are still here). */
+        for (int turn = 0; turn < 50 && s3_client_pending(r->cli); turn++) s3_client_run(r->cli, NULL, 0, 100);
+        account(r);
+        if (s3_client_pending(r->cli)) {
+            s3_client_free(r->cli);
+            r->cli = NULL;
+        }
+    }
+    for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
+    cache_client_give(r->s, r->cli);
     wire_handle_free(r->wh);
-    free(r->buf);
+    free(r->src);
     free(r);
 }

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "dstl/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
 #include "dstl/segstore.h"
@@ -69,6 +70,10 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     }
     if (*s->cv.remote_uri && (rc = remote_client_new(&s->cv, &s->s3)) < 0) goto fail_store;
     if ((rc = pipeline_start(s)) < 0) goto fail_store;
+    if ((rc = cache_open(s)) < 0) {
+        pipeline_stop(s);
+        goto fail_store;
+    }
     *out = s;
     return 0;
 
@@ -106,6 +111,7 @@ int dstl_storage_close(dstl_storage *s)
     s3_client_free(s->s3);
     segstore_close(s->store);
     close(s->wake_fd);
+    cache_close(s);
     reg_free_all(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->room_cv);
@@ -144,6 +150,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.remote_bytes_written = s->st_remote_bytes_written;
     st.remote_bytes_read = s->st_remote_bytes_read;
     pthread_mutex_unlock(&s->mu);
+    cache_stats_add(s, &st);
     *out = st;
     return 0;
 }

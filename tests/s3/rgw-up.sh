@@ -54,7 +54,7 @@ osd memory target = 1073741824
 bluestore cache autotune = false
 bluestore cache size = 268435456
 [client.rgw.a]
-rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT tcp_nodelay=1
 rgw data = $D/rgw
 rgw dns name = localhost
 rgw enable apis = s3, admin

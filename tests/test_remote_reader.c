@@ -1,0 +1,740 @@
+/*
+ * tests/test_remote_reader.c — recovery readers over S3 (ranged GETs, prefetch, the reader
+ * cache) against the server tests/run.sh starts, and the cache on its own.
+ *
+ * Remote segments are made without the remote write path: a storage with local durability
+ * writes them, each .seg file is PUT to the key remote_key() gives, and the handles are
+ * re-encoded with a remote_uri (decode, set, encode, parse: the bytes stay CRC-valid). Then
+ * the local directory is deleted and a fresh storage (local durability, dstl.s3.* set) reads
+ * everything back.
+ *
+ * Records: writer `wid`, seq n: a meta record when n % META_EVERY == 7, else a data record in
+ * key group n % NKG; payloads from t_payload. Every read is checked record by record.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dstl.h"
+#include "dstl/cache.h"
+#include "dstl/remote.h"
+#include "dstl/storage_test.h"
+#include "helpers.h"
+#include "helpers_dstl.h"
+#include "helpers_s3.h"
+#include "wire/wire.h"
+
+#define NKG 16u
+#define META_EVERY 50u
+#define PREFIX "rd"
+
+static t_s3_env env;
+static s3_client *cli;
+static char bucket[64];
+static char *wdir, *rdir, *rdir2;
+
+static void setup(void)
+{
+    char why[512];
+    if (t_s3_setup(&env, &cli, bucket, sizeof bucket, "reader", why, sizeof why))
+        cr_assert_fail("%s", why);
+    wdir = t_mkdtemp("rd-w");
+    rdir = t_mkdtemp("rd-r");
+    rdir2 = t_mkdtemp("rd-r2");
+}
+
+static void teardown(void)
+{
+    char why[512] = "";
+    if (cli && bucket[0] && t_s3_drop_bucket(cli, bucket, why, sizeof why)) fprintf(stderr, "teardown: %s\n", why);
+    s3_client_free(cli);
+    cli = NULL;
+    t_rm_rf(wdir);
+    t_rm_rf(rdir);
+    t_rm_rf(rdir2);
+    free(wdir);
+    free(rdir);
+    free(rdir2);
+}
+
+TestSuite(remote_reader, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ---- records ---- */
+
+static int is_meta(uint64_t seq) { return seq % META_EVERY == 7; }
+
+static void append_mix(dstl_writer *w, uint32_t wid, uint64_t n, size_t max_len)
+{
+    uint8_t *buf = malloc(max_len + 1);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t seq = dstl_writer_next_seq(w);
+        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        int rc = is_meta(seq) ? dstl_append_meta(w, buf, len) : dstl_append(w, (uint32_t)(seq % NKG), buf, len);
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+    }
+    free(buf);
+}
+
+/* Reads h over [kgf, kgl] and checks every record: exactly the meta records and the data
+ * records of those key groups, in seq order, with their payloads. Returns the number read,
+ * the reader's error (its detail stays in dstl_last_error), or -1 with why[] saying which
+ * record differs. No Criterion calls: reader threads use it. */
+static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kgf, uint32_t kgl,
+                       size_t max_len, char *why, size_t why_cap)
+{
+    dstl_reader *r = NULL;
+    int rc = dstl_reader_open(s, h, kgf, kgl, &r);
+    if (rc < 0) return rc;
+    uint8_t *want = malloc(max_len + 1);
+    uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
+    long n = 0;
+    dstl_record rec;
+    for (;;) {
+        while (seq < to && !is_meta(seq) && !(seq % NKG >= kgf && seq % NKG <= kgl)) seq++;
+        rc = dstl_reader_next(r, &rec);
+        if (rc <= 0) break;
+        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        if (rec.seq != seq || rec.is_meta != is_meta(seq) || (!rec.is_meta && rec.key_group != seq % NKG) ||
+            rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
+            snprintf(why, why_cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu",
+                     wid, (unsigned long)rec.seq, rec.is_meta, rec.key_group, rec.len, (unsigned long)seq);
+            rc = -1;
+            break;
+        }
+        seq++;
+        n++;
+    }
+    if (rc == 0) {
+        while (seq < to && !is_meta(seq) && !(seq % NKG >= kgf && seq % NKG <= kgl)) seq++;
+        if (seq != to) {
+            snprintf(why, why_cap, "writer %u: records from seq %lu on are missing", wid, (unsigned long)seq);
+            rc = -1;
+        }
+    }
+    free(want);
+    dstl_reader_close(r);
+    return rc < 0 ? rc : n;
+}
+
+static long verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kgf, uint32_t kgl, size_t max_len)
+{
+    char why[512] = "";
+    long n = check_read(s, h, wid, kgf, kgl, max_len, why, sizeof why);
+    if (n == -1) cr_expect_fail("%s", why);
+    return n;
+}
+
+/* ---- making remote segments ---- */
+
+typedef struct {
+    uint32_t nwriters, rounds;
+    uint64_t per_round;
+    size_t max_len;
+    dstl_handle *first[4], *last[4];     /* per writer: [0, round 1) and [0, all) */
+} scenario;
+
+static dstl_handle *dup_handle(const dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    dstl_handle *out = NULL;
+    cr_assert_eq(dstl_handle_serialize(h, &buf, &len), 0);
+    cr_assert_eq(dstl_handle_parse(buf, len, &out), 0, "%s", dstl_last_error());
+    free(buf);
+    return out;
+}
+
+/* Writes the scenario's records with a local storage on wdir: each writer persists from 0
+ * after each round (one segment per persist), so its last handle covers all its segments and
+ * its first handle the first segment. */
+static void write_local(scenario *sc)
+{
+    dstl_storage *s = t_storage_open(wdir, "dstl.batch.persist-delay", "0", NULL);
+    dstl_writer *w[4];
+    for (uint32_t i = 0; i < sc->nwriters; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "op-%u", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, NKG - 1, &w[i]), 0, "%s", dstl_last_error());
+    }
+    for (uint32_t round = 0; round < sc->rounds; round++) {
+        for (uint32_t i = 0; i < sc->nwriters; i++) {
+            append_mix(w[i], i, sc->per_round, sc->max_len);
+            dstl_handle *h = t_persist(w[i], 0, round + 1);
+            if (round == 0) sc->first[i] = h;
+            if (round + 1 == sc->rounds) sc->last[i] = round == 0 ? dup_handle(h) : h;
+            else if (round > 0) dstl_handle_free(h);
+        }
+    }
+    for (uint32_t i = 0; i < sc->nwriters; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+}
+
+static void seg_key(const char *name, char *key, size_t cap)
+{
+    remote_loc loc;
+    cr_assert_eq(remote_parse_uri("s3://x-bucket/" PREFIX, "test", &loc), 0);
+    cr_assert_eq(remote_key(&loc, name, key, cap), 0);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The non-empty segment files of wdir, sorted by name (= by segment number). */
+static size_t list_segments(char **names, size_t cap)
+{
+    DIR *d = opendir(wdir);
+    cr_assert(d);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        if (l < 5 || strcmp(de->d_name + l - 4, ".seg") != 0) continue;
+        char p[4096];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", wdir, de->d_name);
+        if (stat(p, &st) == 0 && st.st_size > 0 && n < cap) names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_name);
+    return n;
+}
+
+/* PUTs every segment of wdir to its key, except `skip`; flips byte `flip_at` of `flip` first. */
+static void upload(const char *skip, const char *flip, uint64_t flip_at)
+{
+    char *names[64];
+    size_t n = list_segments(names, 64);
+    cr_assert_gt(n, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (!skip || strcmp(names[i], skip) != 0) {
+            char p[4096], key[1024];
+            snprintf(p, sizeof p, "%s/%s", wdir, names[i]);
+            size_t len = 0;
+            uint8_t *buf = t_read_file(p, &len);
+            cr_assert(buf);
+            if (flip && strcmp(names[i], flip) == 0) {
+                cr_assert_lt(flip_at, len);
+                buf[flip_at] ^= 0x40;
+            }
+            seg_key(names[i], key, sizeof key);
+            s3_result res;
+            cr_assert_eq(s3_put_object_sync(cli, bucket, key, buf, len, false, &res), 0, "%s", res.error);
+            free(buf);
+        }
+        free(names[i]);
+    }
+}
+
+/* h with remote_uri s3://bucket/PREFIX: through the bytes, as another process would get it. */
+static dstl_handle *with_remote(dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    cr_assert_eq(dstl_handle_serialize(h, &buf, &len), 0);
+    wire_handle *wh = NULL;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_handle_decode(buf, len, &wh, &e), 0, "%s", e.msg);
+    free(buf);
+    free(wh->remote_uri);
+    char uri[128];
+    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, PREFIX);
+    wh->remote_uri = strdup(uri);
+    cr_assert_eq(wire_handle_encode(wh, &buf, &len, &e), 0, "%s", e.msg);
+    wire_handle_free(wh);
+    dstl_handle *out = NULL;
+    cr_assert_eq(dstl_handle_parse(buf, len, &out), 0, "%s", dstl_last_error());
+    free(buf);
+    dstl_handle_free(h);
+    return out;
+}
+
+/* Writes, uploads and patches the scenario's handles; deletes wdir when delete_local. */
+static void make_remote(scenario *sc, int delete_local)
+{
+    write_local(sc);
+    upload(NULL, NULL, 0);
+    for (uint32_t i = 0; i < sc->nwriters; i++) {
+        sc->first[i] = with_remote(sc->first[i]);
+        sc->last[i] = with_remote(sc->last[i]);
+    }
+    if (delete_local) t_rm_rf(wdir);
+}
+
+static void scenario_free(scenario *sc)
+{
+    for (uint32_t i = 0; i < sc->nwriters; i++) {
+        dstl_handle_free(sc->first[i]);
+        dstl_handle_free(sc->last[i]);
+    }
+}
+
+/* A reading storage on dir with the test server's S3 settings (local durability: it writes
+ * nothing remote), plus up to two more key/value pairs. */
+static dstl_storage *open_rd(const char *dir, const char *k1, const char *v1, const char *k2, const char *v2)
+{
+    dstl_config *c = t_config(dir, "dstl.s3.endpoint", env.endpoint, "dstl.s3.access-key", env.access_key,
+                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.region", env.region,
+                              "dstl.s3.path-style", "true", NULL);
+    if (k1) cr_assert_eq(dstl_config_set(c, k1, v1), 0, "%s", dstl_last_error());
+    if (k2) cr_assert_eq(dstl_config_set(c, k2, v2), 0, "%s", dstl_last_error());
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    return s;
+}
+
+static dstl_stats stats(dstl_storage *s)
+{
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    return st;
+}
+
+/* Records of h that a reader over [kgf, kgl] returns. */
+static long expected(const dstl_handle *h, uint32_t kgf, uint32_t kgl)
+{
+    long n = 0;
+    for (uint64_t q = dstl_handle_from_seq(h); q < dstl_handle_to_seq(h); q++)
+        n += is_meta(q) || (q % NKG >= kgf && q % NKG <= kgl);
+    return n;
+}
+
+/* Reads every writer's last handle over [kgf, kgl] and checks its records. */
+static void verify_last(dstl_storage *s, const scenario *sc, uint32_t kgf, uint32_t kgl)
+{
+    for (uint32_t i = 0; i < sc->nwriters; i++) {
+        long n = verify(s, sc->last[i], i, kgf, kgl, sc->max_len);
+        cr_expect_eq(n, expected(sc->last[i], kgf, kgl), "writer %u, key groups %u-%u: %ld records (%s)", i, kgf,
+                     kgl, n, dstl_last_error());
+    }
+}
+
+/* ---- recovery from S3 ---- */
+
+Test(remote_reader, recovery_with_local_dir_deleted_reads_everything_from_s3)
+{
+    scenario sc = {.nwriters = 3, .rounds = 3, .per_round = 400, .max_len = 300};
+    make_remote(&sc, 1);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    for (uint32_t i = 0; i < sc.nwriters; i++) {
+        long n = verify(s, sc.last[i], i, 0, NKG - 1, sc.max_len);
+        cr_expect_eq(n, (long)(sc.rounds * sc.per_round), "writer %u: %ld records (%s)", i, n, dstl_last_error());
+        n = verify(s, sc.first[i], i, 0, NKG - 1, sc.max_len);
+        cr_expect_eq(n, (long)sc.per_round, "writer %u, first handle: %ld records (%s)", i, n, dstl_last_error());
+    }
+    dstl_stats st = stats(s);
+    cr_expect_gt(st.remote_bytes_read, 0);
+    cr_expect_gt(st.remote_requests, 0);
+    cr_expect_eq(st.remote_failures, 0);
+    cr_expect_eq(st.cache_misses, sc.nwriters * sc.rounds, "%lu misses", (unsigned long)st.cache_misses);
+    cr_expect_eq(t_count_segments(rdir), 0, "the reading storage wrote segments");
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, half_of_the_key_groups_fetches_measurably_fewer_bytes)
+{
+    /* 3,000 records of up to 1,000 bytes per section (~1.5 MB): a key group's run is ~90 KiB,
+     * so the gap between key groups 0-7 and the meta run (groups 8-15) is far above the merge
+     * gap, and the 64 KiB tail read with each footer is small beside a section. */
+    scenario sc = {.nwriters = 2, .rounds = 2, .per_round = 3000, .max_len = 1000};
+    make_remote(&sc, 1);
+    dstl_storage *all = open_rd(rdir, NULL, NULL, NULL, NULL);
+    dstl_storage *half = open_rd(rdir2, NULL, NULL, NULL, NULL);
+    verify_last(all, &sc, 0, NKG - 1);
+    verify_last(half, &sc, 0, NKG / 2 - 1);
+    uint64_t b_all = stats(all).remote_bytes_read, b_half = stats(half).remote_bytes_read;
+    cr_expect_gt(b_half, 0);
+    cr_expect_lt(b_half * 10, b_all * 6, "half of the key groups fetched %lu bytes, all of them %lu",
+                 (unsigned long)b_half, (unsigned long)b_all);
+    /* The upper half from the same storage: the meta runs and footers come from the cache. */
+    verify_last(half, &sc, NKG / 2, NKG - 1);
+    uint64_t b_upper = stats(half).remote_bytes_read - b_half;
+    cr_expect_lt(b_upper * 10, b_all * 6, "the upper half of the key groups fetched %lu bytes, all of them %lu",
+                 (unsigned long)b_upper, (unsigned long)b_all);
+    cr_assert_eq(dstl_storage_close(all), 0);
+    cr_assert_eq(dstl_storage_close(half), 0);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, handles_sharing_segments_fetch_them_once)
+{
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 500, .max_len = 400};
+    make_remote(&sc, 1);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 1000);
+    dstl_stats a = stats(s);
+    cr_expect_eq(a.cache_misses, 2);
+    /* The first handle's segment is the last handle's first one. */
+    cr_assert_eq(verify(s, sc.first[0], 0, 0, NKG - 1, sc.max_len), 500);
+    dstl_stats b = stats(s);
+    cr_expect_eq(b.remote_bytes_read, a.remote_bytes_read, "the shared segment was fetched again");
+    cr_expect_eq(b.remote_requests, a.remote_requests);
+    cr_expect_eq(b.cache_hits, a.cache_hits + 1);
+    cr_expect_eq(b.cache_misses, a.cache_misses);
+    /* Two readers of the same handle open at once, read in turns: still nothing fetched. */
+    dstl_reader *r1 = NULL, *r2 = NULL;
+    cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r1), 0);
+    cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r2), 0);
+    dstl_record x, y;
+    long n = 0;
+    for (;;) {
+        int rc1 = dstl_reader_next(r1, &x), rc2 = dstl_reader_next(r2, &y);
+        cr_assert_eq(rc1, rc2, "%s", dstl_last_error());
+        if (rc1 != 1) break;
+        cr_assert(x.seq == y.seq && x.len == y.len && memcmp(x.data, y.data, x.len) == 0);
+        n++;
+    }
+    cr_expect_eq(n, 1000);
+    dstl_reader_close(r1);
+    dstl_reader_close(r2);
+    cr_expect_eq(stats(s).remote_bytes_read, a.remote_bytes_read);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, local_copy_is_preferred_when_present)
+{
+    scenario sc = {.nwriters = 2, .rounds = 2, .per_round = 300, .max_len = 200};
+    make_remote(&sc, 0);
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    verify_last(s, &sc, 0, NKG - 1);
+    dstl_stats st = stats(s);
+    cr_expect_eq(st.remote_requests, 0);
+    cr_expect_eq(st.remote_bytes_read, 0);
+    cr_expect_eq(st.cache_hits + st.cache_misses, 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+typedef struct {
+    dstl_storage *s;
+    const scenario *sc;
+    long n[4];
+    char why[512];
+} reader_arg;
+
+static void *reader_thread(void *p)
+{
+    reader_arg *a = p;
+    for (uint32_t i = 0; i < a->sc->nwriters; i++)
+        a->n[i] = check_read(a->s, a->sc->last[i], i, 0, NKG - 1, a->sc->max_len, a->why, sizeof a->why);
+    return NULL;
+}
+
+Test(remote_reader, concurrent_readers_share_the_cache_and_clients)
+{
+    scenario sc = {.nwriters = 3, .rounds = 3, .per_round = 300, .max_len = 300};
+    make_remote(&sc, 1);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    enum { NT = 4 };
+    pthread_t th[NT];
+    reader_arg a[NT];
+    for (int t = 0; t < NT; t++) {
+        a[t] = (reader_arg){.s = s, .sc = &sc};
+        cr_assert_eq(pthread_create(&th[t], NULL, reader_thread, &a[t]), 0);
+    }
+    for (int t = 0; t < NT; t++) {
+        pthread_join(th[t], NULL);
+        for (uint32_t i = 0; i < sc.nwriters; i++)
+            cr_expect_eq(a[t].n[i], 900, "thread %d, writer %u: %ld (%s)", t, i, a[t].n[i], a[t].why);
+    }
+    /* Everything is cached now: one more reader of each handle fetches nothing. */
+    uint64_t before = stats(s).remote_bytes_read;
+    cr_expect_gt(before, 0);
+    verify_last(s, &sc, 0, NKG - 1);
+    cr_expect_eq(stats(s).remote_bytes_read, before);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+/* ---- failures ---- */
+
+Test(remote_reader, corrupted_remote_object_is_ecorrupt_naming_it)
+{
+    scenario sc = {.nwriters = 1, .rounds = 1, .per_round = 200, .max_len = 100};
+    write_local(&sc);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 1);
+    upload(NULL, names[0], WIRE_SEG_HEADER_LEN + 40);     /* inside the first section */
+    sc.last[0] = with_remote(sc.last[0]);
+    sc.first[0] = with_remote(sc.first[0]);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    char key[1024], uri[1200];
+    seg_key(names[0], key, sizeof key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
+    dstl_record rec;
+    int rc = dstl_reader_next(r, &rec);
+    cr_expect_eq(rc, DSTL_ECORRUPT, "rc %d: %s", rc, dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), uri) != NULL, "the error names no %s: %s", uri, dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), "offset") != NULL, "the error names no offset: %s", dstl_last_error());
+    cr_expect_eq(dstl_reader_next(r, &rec), DSTL_ECORRUPT, "errors are sticky");
+    dstl_reader_close(r);
+    /* Nothing of it was cached: a second reader fails the same way. */
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), DSTL_ECORRUPT);
+    cr_expect_eq(stats(s).cache_hits, 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free(names[0]);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, missing_object_is_enoent_naming_it)
+{
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 200, .max_len = 100};
+    write_local(&sc);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 2);
+    upload(names[1], NULL, 0);
+    sc.last[0] = with_remote(sc.last[0]);
+    sc.first[0] = with_remote(sc.first[0]);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    char key[1024], uri[1200];
+    seg_key(names[1], key, sizeof key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    /* The records of the first segment come, then the error of the second. */
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
+    dstl_record rec;
+    int rc;
+    long n = 0;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) n++;
+    cr_expect_eq(n, 200);
+    cr_expect_eq(rc, -ENOENT, "rc %d: %s", rc, dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), uri) != NULL, "the error names no %s: %s", uri, dstl_last_error());
+    dstl_reader_close(r);
+    cr_expect_eq(verify(s, sc.first[0], 0, 0, NKG - 1, sc.max_len), 200, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0);
+    for (int i = 0; i < 2; i++) free(names[i]);
+    scenario_free(&sc);
+}
+
+/* ---- the cache through readers ---- */
+
+/* The cache files of storage s under its local dir. */
+static void cache_run_dir(dstl_storage *s, const char *dir, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s/cache/%s", dir, storage_run_id(s));
+}
+
+Test(remote_reader, corrupted_cache_files_are_refetched)
+{
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 300, .max_len = 300};
+    make_remote(&sc, 1);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    uint64_t before = stats(s).remote_bytes_read;
+    /* Flip a byte inside the cached sections of every cache file. */
+    char run[4096];
+    cache_run_dir(s, rdir, run, sizeof run);
+    DIR *d = opendir(run);
+    cr_assert(d, "no cache directory %s", run);
+    struct dirent *de;
+    int flipped = 0;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char p[8192];
+        snprintf(p, sizeof p, "%s/%s", run, de->d_name);
+        int fd = open(p, O_RDWR);
+        cr_assert_geq(fd, 0);
+        uint8_t b;
+        off_t at = WIRE_SEG_HEADER_LEN + 64;
+        cr_assert_eq(pread(fd, &b, 1, at), 1);
+        b ^= 0x01;
+        cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+        close(fd);
+        flipped++;
+    }
+    closedir(d);
+    cr_assert_eq(flipped, 2);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600, "%s", dstl_last_error());
+    cr_expect_gt(stats(s).remote_bytes_read, before, "the corrupted cached bytes were not fetched again");
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, cache_bounds_hold_through_readers)
+{
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 300, .max_len = 300};
+    make_remote(&sc, 1);
+    /* max-size of 1 byte: nothing fits, every read goes to S3. */
+    dstl_storage *s = open_rd(rdir, "dstl.cache.max-size", "1", NULL, NULL);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    uint64_t once = stats(s).remote_bytes_read;
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    cr_expect_eq(stats(s).remote_bytes_read, 2 * once, "%lu bytes, one read %lu",
+                 (unsigned long)stats(s).remote_bytes_read, (unsigned long)once);
+    cr_expect_eq(stats(s).cache_hits, 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    /* An idle timeout of 1 ms: what was cached is gone by the next reader. */
+    s = open_rd(rdir, "dstl.cache.idle-timeout", "1ms", NULL, NULL);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    once = stats(s).remote_bytes_read;
+    usleep(20 * 1000);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    cr_expect_eq(stats(s).remote_bytes_read, 2 * once, "%lu bytes, one read %lu",
+                 (unsigned long)stats(s).remote_bytes_read, (unsigned long)once);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    /* The default bounds keep it. */
+    s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    once = stats(s).remote_bytes_read;
+    cr_assert_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 600);
+    cr_expect_eq(stats(s).remote_bytes_read, once);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
+/* ---- the cache on its own ---- */
+
+static rcache *cache_new(const char *dir, const char *run, uint64_t max, uint64_t idle_ms)
+{
+    rcache_opts o = {.dir = dir, .run_id = run, .max_size_bytes = max, .idle_timeout_ms = idle_ms};
+    rcache *c = NULL;
+    cr_assert_eq(rcache_new(&o, &c), 0);
+    return c;
+}
+
+static int exists(const char *dir, const char *name)
+{
+    char p[8300];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return access(p, F_OK) == 0;
+}
+
+Test(remote_reader, cache_ranges_merge_and_hit_only_when_covered)
+{
+    rcache *c = cache_new(rdir, "run1", 1 << 20, 600000);
+    uint8_t src[100], dst[100];
+    t_fill(src, sizeof src, 7);
+    cache_entry *e = cache_acquire(c, "s3://b/k1");
+    cr_assert(e);
+    cr_expect_eq(cache_read(c, e, 0, 10, dst), 0);
+    cache_insert(c, e, 1000, 40, src);
+    cache_insert(c, e, 1040, 60, src + 40);
+    cr_expect_eq(cache_bytes(c), 100);
+    cr_assert_eq(cache_read(c, e, 1020, 50, dst), 1);
+    cr_expect_arr_eq(dst, src + 20, 50);
+    cr_expect_eq(cache_read(c, e, 990, 20, dst), 0, "a range sticking out hits");
+    cr_expect_eq(cache_read(c, e, 1090, 20, dst), 0, "a range sticking out hits");
+    cache_insert(c, e, 1020, 30, src + 20);
+    cr_expect_eq(cache_bytes(c), 100, "an overlap counted twice");
+    cache_invalidate(c, e);
+    cr_expect_eq(cache_bytes(c), 0);
+    cr_expect_eq(cache_read(c, e, 1020, 10, dst), 0);
+    /* Another object of the same cache is separate. */
+    cache_entry *f = cache_acquire(c, "s3://b/k2");
+    cr_expect_eq(cache_read(c, f, 1020, 10, dst), 0);
+    cache_release(c, f);
+    cache_release(c, e);
+    rcache_free(c);
+    cr_expect(!exists(rdir, "run1"), "the run directory stays after free");
+    cr_expect(!exists(rdir, "run1.lock"), "the lock stays after free");
+}
+
+Test(remote_reader, cache_evicts_least_recent_unreferenced_beyond_max_size)
+{
+    rcache *c = cache_new(rdir, "run1", 100, 600000);
+    uint8_t src[60], dst[60];
+    t_fill(src, sizeof src, 9);
+    cache_entry *a = cache_acquire(c, "s3://b/a");
+    cache_insert(c, a, 0, 60, src);
+    cache_release(c, a);
+    cache_entry *b = cache_acquire(c, "s3://b/b");
+    cache_insert(c, b, 0, 60, src);
+    cr_expect_eq(cache_bytes(c), 60, "a (unreferenced, least recent) should have gone");
+    /* b is referenced: inserting c goes above max-size rather than removing b. */
+    cache_entry *d = cache_acquire(c, "s3://b/c");
+    cache_insert(c, d, 0, 60, src);
+    cr_expect_eq(cache_bytes(c), 120);
+    cr_assert_eq(cache_read(c, b, 0, 60, dst), 1);
+    cr_expect_arr_eq(dst, src, 60);
+    cache_release(c, b);
+    cr_expect_eq(cache_bytes(c), 60, "b should go once released");
+    cr_assert_eq(cache_read(c, d, 0, 60, dst), 1);
+    cache_release(c, d);
+    a = cache_acquire(c, "s3://b/a");
+    cr_expect_eq(cache_read(c, a, 0, 60, dst), 0, "a was evicted but still hits");
+    cache_release(c, a);
+    /* A range larger than max-size is not kept at all. */
+    uint8_t big[200] = {0};
+    a = cache_acquire(c, "s3://b/big");
+    cache_insert(c, a, 0, sizeof big, big);
+    cr_expect_eq(cache_read(c, a, 0, 10, dst), 0);
+    cache_release(c, a);
+    rcache_free(c);
+}
+
+Test(remote_reader, cache_drops_idle_entries_and_their_files)
+{
+    rcache *c = cache_new(rdir, "run1", 1 << 20, 1);
+    uint8_t src[32] = {1, 2, 3};
+    cache_entry *e = cache_acquire(c, "s3://b/a");
+    cache_insert(c, e, 0, sizeof src, src);
+    char run[4200];
+    snprintf(run, sizeof run, "%s/run1", rdir);
+    cr_expect(exists(run, "0"), "no cache file");
+    usleep(20 * 1000);
+    cache_expire(c);
+    cr_expect_eq(cache_entries(c), 1, "a referenced entry expired");
+    cache_release(c, e);
+    usleep(20 * 1000);
+    cache_expire(c);
+    cr_expect_eq(cache_entries(c), 0);
+    cr_expect_eq(cache_bytes(c), 0);
+    cr_expect(!exists(run, "0"), "the idle entry's file stays");
+    rcache_free(c);
+}
+
+Test(remote_reader, cache_removes_dead_runs_and_keeps_live_ones)
+{
+    const char *dead1 = "00000000000000d1", *dead2 = "00000000000000d2", *live = "00000000000000a1";
+    char p[4096];
+    /* A dead run: its directory with a cache file and an unlocked lock file. */
+    snprintf(p, sizeof p, "%s/%s", rdir, dead1);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/%s/0", rdir, dead1);
+    cr_assert_eq(t_write_file(p, "x", 1), 0);
+    snprintf(p, sizeof p, "%s/%s.lock", rdir, dead1);
+    cr_assert_eq(t_write_file(p, "", 0), 0);
+    /* Another dead one without a lock. */
+    snprintf(p, sizeof p, "%s/%s", rdir, dead2);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    /* A live run: its lock is held (flock on another open file description). */
+    snprintf(p, sizeof p, "%s/%s", rdir, live);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/%s.lock", rdir, live);
+    int fd = open(p, O_RDWR | O_CREAT, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(flock(fd, LOCK_EX), 0);
+    /* Not a run: never touched. */
+    snprintf(p, sizeof p, "%s/notes", rdir);
+    cr_assert_eq(mkdir(p, 0700), 0);
+
+    rcache *c = cache_new(rdir, "00000000000000f0", 1 << 20, 600000);
+    cache_entry *e = cache_acquire(c, "s3://b/a");
+    cache_insert(c, e, 0, 3, "abc");        /* the first insert makes the run dir and sweeps */
+    cache_release(c, e);
+    cr_expect(!exists(rdir, dead1));
+    cr_expect(!exists(rdir, "00000000000000d1.lock"));
+    cr_expect(!exists(rdir, dead2));
+    cr_expect(exists(rdir, live));
+    cr_expect(exists(rdir, "00000000000000a1.lock"));
+    cr_expect(exists(rdir, "notes"));
+    cr_expect(exists(rdir, "00000000000000f0"));
+    cr_expect(exists(rdir, "00000000000000f0.lock"));
+    rcache_free(c);
+    cr_expect(!exists(rdir, "00000000000000f0"));
+    close(fd);
+}
