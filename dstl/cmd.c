@@ -24,7 +24,7 @@ static void usage(FILE *f)
             "  ls DIR                                          list segments: writers, seq ranges, sizes, age\n"
             "  verify DIR                                      check every segment's checksums\n"
             "  gc DIR --live HANDLE_FILE... [--min-age D] [--dry-run]\n"
-            "                                                  delete segments no live handle references\n"
+            "                                                  delete segments (local, remote) no live handle references\n"
             "  stats [--prometheus] [METRICS_FILE]             a running storage's metrics (dstl.metrics.file)\n"
             "  config                                          print every key with its value (secrets hidden)\n"
             "  version\n"

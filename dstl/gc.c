@@ -1,12 +1,28 @@
 /*
- * dstl/gc.c — the orphan sweep: delete every segment in the local dir that no live handle
- * references, that is older than min_age, and that this storage is not still using.
+ * dstl/gc.c — the orphan sweep: delete every segment in the local dir and under the remote
+ * prefix that no live handle references, that is older than min_age, and that this storage is
+ * not still using; and abort the incomplete multipart uploads under the prefix.
  *
- * "Still using" means: a segment of this run that the registry knows (being written,
- * referenced by a writer section or a live handle, or queued for deletion), or a name the
- * pipeline reserved ahead (segment numbers at or above the next one). Segments of other
- * runs are judged only by the live set and their age: this is how the leftovers of a crash
- * go. Runs on the caller's thread; blocking (directory listing, unlinks).
+ * "Still using" means: a segment of this run that the registry knows (being written or
+ * uploaded, referenced by a writer section or a live handle, or queued for deletion), or a
+ * name the pipeline reserved ahead (segment numbers at or above the next one). Segments of
+ * other runs are judged only by the live set and their age: this is how the leftovers of a
+ * crash go. Other processes' segments in flight are protected by min_age alone.
+ *
+ * Remote (dstl.remote.uri set): the objects are listed under the prefix (ListObjectsV2); a key
+ * counts only when it is exactly where remote_key() puts a segment ("PREFIX/hh/<segment
+ * name>"): anything else under the prefix is not DSTL's and is neither scanned nor touched.
+ * Its age is the object's LastModified (the server's clock: an object without one counts as
+ * young unless min_age is 0). Incomplete multipart uploads of segment keys are aborted once
+ * older than min_age (by their Initiated time) unless this storage is still uploading that
+ * segment: no handle can reference an incomplete upload (a handle exists only for a complete
+ * object), so the live set does not keep them. The report counts remote objects like local
+ * files (a segment with both copies is scanned twice); an aborted upload counts as deleted
+ * with 0 bytes, a kept one as kept_live (still uploading here) or kept_young.
+ *
+ * Threads: the caller's. The pipeline's S3 client is the pipeline thread's, so a gc call makes
+ * its own client (remote_client_new) and frees it before returning. Blocking: directory
+ * listing, unlinks, S3 listings, DeleteObjects, AbortMultipartUpload.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -28,6 +44,8 @@ typedef struct {
     int err;
 } gc_ctx;
 
+enum { GC_RESERVED, GC_KEEP_LIVE, GC_KEEP_YOUNG, GC_DELETE };
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
 /* 0: not this run's; 1: a segment this run still knows; 2: a name reserved ahead (an empty
@@ -43,20 +61,29 @@ static int in_use(dstl_storage *s, const char *name)
     return used;
 }
 
+/* What to do with the copy `name` made at time_ms (0: unknown). Counts it in the report,
+ * except a reserved name, which is not a segment yet. by_live: whether the live set keeps it. */
+static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
+{
+    int use = in_use(g->s, name);
+    if (use == 2) return GC_RESERVED;
+    g->rep.scanned++;
+    if (use || (by_live && bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str))) {
+        g->rep.kept_live++;
+        return GC_KEEP_LIVE;
+    }
+    int young = time_ms <= 0 ? g->min_age_ms > 0 : g->now_ms - time_ms < (int64_t)g->min_age_ms;
+    if (young) {
+        g->rep.kept_young++;
+        return GC_KEEP_YOUNG;
+    }
+    return GC_DELETE;
+}
+
 static int visit(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
 {
     gc_ctx *g = arg;
-    int use = in_use(g->s, name);
-    if (use == 2) return 0;
-    g->rep.scanned++;
-    if (use || bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str)) {
-        g->rep.kept_live++;
-        return 0;
-    }
-    if (g->now_ms - mtime_ms < (int64_t)g->min_age_ms) {
-        g->rep.kept_young++;
-        return 0;
-    }
+    if (verdict(g, name, mtime_ms, 1) != GC_DELETE) return 0;
     if (!g->dry_run) {
         int rc = segstore_unlink(g->s->store, name);
         if (rc < 0 && rc != -ENOENT) {
@@ -67,6 +94,109 @@ static int visit(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
     g->rep.deleted++;
     g->rep.bytes_deleted += size;
     return 0;
+}
+
+/* ---- the remote prefix ---- */
+
+/* The segment name of key when key is exactly where remote_key() puts that segment, else NULL
+ * (not a DSTL segment object: left alone). */
+static const char *segment_of(const remote_loc *loc, const char *key)
+{
+    const char *name = strrchr(key, '/');
+    name = name ? name + 1 : key;
+    char run[32], want[640];
+    uint64_t no;
+    if (segment_name_parse(name, run, sizeof run, &no) < 0) return NULL;
+    if (remote_key(loc, name, want, sizeof want) < 0 || strcmp(want, key) != 0) return NULL;
+    return name;
+}
+
+/* Deletes the orphan objects in one DeleteObjects run (batches of 1,000 inside). */
+static int sweep_objects(gc_ctx *g, s3_client *cli, const s3_list *l, const char *prefix)
+{
+    const remote_loc *loc = &g->s->remote;
+    const char **doomed = malloc((l->n_objects ? l->n_objects : 1) * sizeof *doomed);
+    if (!doomed) return err_fail(-ENOMEM, "dstl_gc: out of memory for %zu keys", l->n_objects);
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < l->n_objects; i++) {
+        const s3_object_info *o = &l->objects[i];
+        const char *name = segment_of(loc, o->key);
+        if (!name || verdict(g, name, o->last_modified_ms, 1) != GC_DELETE) continue;
+        doomed[n++] = o->key;
+        bytes += o->size;
+    }
+    int rc = 0;
+    if (n && !g->dry_run) {
+        s3_result r;
+        memset(&r, 0, sizeof r);
+        rc = s3_delete_objects_sync(cli, loc->bucket, doomed, n, &r);
+        if (rc < 0)
+            err_fail(rc, "dstl_gc: delete %zu orphan objects under s3://%s/%s: %s", n, loc->bucket, prefix,
+                     *r.error ? r.error : dstl_strerror(rc));
+    }
+    if (rc == 0) {
+        g->rep.deleted += n;
+        g->rep.bytes_deleted += bytes;
+    }
+    free(doomed);
+    return rc;
+}
+
+/* Aborts the incomplete multipart uploads of segment keys that nobody here is uploading. */
+static int sweep_uploads(gc_ctx *g, s3_client *cli, const s3_list *l)
+{
+    const remote_loc *loc = &g->s->remote;
+    for (size_t i = 0; i < l->n_uploads; i++) {
+        const s3_upload_info *u = &l->uploads[i];
+        const char *name = segment_of(loc, u->key);
+        if (!name || verdict(g, name, u->initiated_ms, 0) != GC_DELETE) continue;
+        if (!g->dry_run) {
+            s3_result r;
+            memset(&r, 0, sizeof r);
+            int rc = s3_abort_multipart_upload_sync(cli, loc->bucket, u->key, u->upload_id, &r);
+            if (rc < 0)
+                return err_fail(rc, "dstl_gc: abort the incomplete upload of s3://%s/%s: %s", loc->bucket, u->key,
+                                *r.error ? r.error : dstl_strerror(rc));
+        }
+        g->rep.deleted++;
+    }
+    return 0;
+}
+
+static int sweep_remote(gc_ctx *g)
+{
+    const remote_loc *loc = &g->s->remote;
+    s3_client *cli = NULL;
+    int rc = remote_client_new(&g->s->cv, &cli);
+    if (rc < 0) return err_fail(rc, "dstl_gc s3://%s/%s: %s", loc->bucket, loc->prefix, dstl_last_error());
+    char prefix[520];
+    remote_list_prefix(loc, prefix, sizeof prefix);
+    s3_list objects, uploads;
+    memset(&objects, 0, sizeof objects);
+    memset(&uploads, 0, sizeof uploads);
+    s3_result r;
+    memset(&r, 0, sizeof r);
+    /* Uploads first: one that completes between the two listings then shows up as an object,
+     * judged by the live set, instead of being missed by both. */
+    rc = s3_list_multipart_uploads_all_sync(cli, loc->bucket, prefix, 0, &uploads, &r);
+    if (rc < 0) {
+        err_fail(rc, "dstl_gc: list the multipart uploads under s3://%s/%s: %s", loc->bucket, prefix,
+                 *r.error ? r.error : dstl_strerror(rc));
+        goto out;
+    }
+    rc = s3_list_objects_all_sync(cli, loc->bucket, prefix, 0, &objects, &r);
+    if (rc < 0) {
+        err_fail(rc, "dstl_gc: list s3://%s/%s: %s", loc->bucket, prefix, *r.error ? r.error : dstl_strerror(rc));
+        goto out;
+    }
+    rc = sweep_objects(g, cli, &objects, prefix);
+    if (rc == 0) rc = sweep_uploads(g, cli, &uploads);
+out:
+    s3_list_clear(&objects);
+    s3_list_clear(&uploads);
+    s3_client_free(cli);
+    return rc;
 }
 
 int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint64_t min_age_ms,
@@ -87,9 +217,11 @@ int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     g.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    int rc = segstore_list(s->local_dir, visit, &g);
+    int rc = segstore_list(s->local_dir, visit, &g);    /* the number listed, or < 0 */
+    if (rc < 0 && !g.err) rc = err_fail(rc, "dstl_gc %s: %s", s->local_dir, dstl_last_error());
+    if (rc >= 0) rc = s->s3 ? sweep_remote(&g) : 0;
     free(g.live);
-    if (rc < 0) return g.err ? rc : err_fail(rc, "dstl_gc %s: %s", s->local_dir, dstl_last_error());
+    if (rc < 0) return rc;
     *out = g.rep;
     return 0;
 }

@@ -198,8 +198,12 @@ void dstl_reader_close(dstl_reader *r);
 /* ---- cleanup across crashes and runs ------------------------------------------------------ */
 typedef struct { uint64_t scanned, deleted, kept_live, kept_young, bytes_deleted; } dstl_gc_report;
 
-/* Deletes every segment under dstl.local.dir that no handle in live references, that is
- * older than min_age_ms, and that this storage is not still using. dry_run reports only. */
+/* Deletes every segment under dstl.local.dir and, with dstl.remote.uri, under the remote
+ * prefix that no handle in live references, that is older than min_age_ms, and that this
+ * storage is not still using; aborts the remote prefix's incomplete multipart uploads older
+ * than min_age_ms that this storage is not still uploading. dry_run reports only. The report
+ * counts local files and remote objects alike (an aborted upload is deleted, 0 bytes).
+ * Errors name the file or s3://bucket/key. Blocking (listings, deletes; its own S3 client). */
 int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live,
             uint64_t min_age_ms, int dry_run, dstl_gc_report *out);
 

@@ -54,11 +54,13 @@ typedef struct s3_object_info { /* one ListObjectsV2 entry */
     char *key;
     uint64_t size;
     char etag[72];
+    int64_t last_modified_ms; /* <LastModified>, Unix ms (UTC); 0 when the server gave none */
 } s3_object_info;
 
 typedef struct s3_upload_info { /* one ListMultipartUploads entry */
     char *key;
     char *upload_id;
+    int64_t initiated_ms; /* <Initiated>, Unix ms (UTC); 0 when the server gave none */
 } s3_upload_info;
 
 typedef struct s3_part_info { /* one part: ListParts entry, or input of Complete */
@@ -475,10 +477,16 @@ int s3_xml_parse_complete(const char *xml, size_t len, char *etag, size_t etag_c
                           size_t code_cap, char *message, size_t message_cap);
 
 /* ListObjectsV2 / ListMultipartUploads / ListParts pages into out (zeroed first; s3_list_clear
- * frees). -EPROTO when malformed, -ENOMEM. */
+ * frees). Timestamps (LastModified, Initiated) are ISO 8601 UTC as S3 writes them
+ * ("2026-11-30T12:00:00.000Z"; fraction optional): an absent one is 0, a malformed one makes
+ * the page -EPROTO. -EPROTO when malformed, -ENOMEM. */
 int s3_xml_parse_list_objects(const char *xml, size_t len, s3_list *out);
 int s3_xml_parse_list_uploads(const char *xml, size_t len, s3_list *out);
 int s3_xml_parse_list_parts(const char *xml, size_t len, s3_list *out);
+
+/* "2026-11-30T12:00:00.000Z" (ISO 8601, UTC: 'Z' or "+00:00"; fraction of any length, optional)
+ * to Unix milliseconds. Returns 0, or -EPROTO when s is not such a time. */
+int s3_xml_parse_time(const char *s, int64_t *ms);
 
 /* DeleteResult: the number of <Error> entries and the first one's key and code. */
 int s3_xml_parse_delete_result(const char *xml, size_t len, size_t *n_errors, char *first_key,

@@ -51,6 +51,7 @@ static int append_list(s3_list *acc, const s3_list *l, size_t max_items)
                 free(id);
                 return -ENOMEM;
             }
+            a[acc->n_uploads] = l->uploads[i];
             a[acc->n_uploads].key = k;
             a[acc->n_uploads].upload_id = id;
             acc->n_uploads++;

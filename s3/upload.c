@@ -484,6 +484,7 @@ static void up_step_done(void *ctx, const s3_result *r)
                                              (u->strays.n_uploads + 1) * sizeof *na);
                 if (!na) break;
                 u->strays.uploads = na;
+                na[u->strays.n_uploads] = *s;
                 na[u->strays.n_uploads].key = strdup(s->key);
                 na[u->strays.n_uploads].upload_id = strdup(s->upload_id);
                 if (!na[u->strays.n_uploads].key || !na[u->strays.n_uploads].upload_id) {

@@ -86,6 +86,77 @@ static int text_u64(const xmlNode *n, uint64_t *out)
     return 0;
 }
 
+/* Fixed-width decimal digits at s; -1 when one is not a digit. */
+static int digits(const char *s, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v;
+}
+
+/* Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian; H. Hinnant's method). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+int s3_xml_parse_time(const char *s, int64_t *ms)
+{
+    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (!s || strlen(s) < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') ||
+        s[13] != ':' || s[16] != ':')
+        return -EPROTO;
+    int y = digits(s, 4), mo = digits(s + 5, 2), d = digits(s + 8, 2);
+    int h = digits(s + 11, 2), mi = digits(s + 14, 2), sec = digits(s + 17, 2);
+    if (y < 0 || mo < 1 || mo > 12 || d < 1 || d > mdays[mo - 1] || h < 0 || h > 23 || mi < 0 ||
+        mi > 59 || sec < 0 || sec > 60)
+        return -EPROTO;
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (mo == 2 && d == 29 && !leap) return -EPROTO;
+    const char *p = s + 19;
+    int frac_ms = 0;
+    if (*p == '.') {
+        int n = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, n++)
+            if (n < 3) frac_ms = frac_ms * 10 + (*p - '0');
+        if (n == 0) return -EPROTO;
+        for (; n < 3; n++) frac_ms *= 10;
+    }
+    int64_t off_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if ((*p == '+' || *p == '-') && p[3] == ':') {
+        int oh = digits(p + 1, 2), om = digits(p + 4, 2);
+        if (oh < 0 || oh > 23 || om < 0 || om > 59) return -EPROTO;
+        off_s = (*p == '+' ? 1 : -1) * (int64_t)(oh * 3600 + om * 60);
+        p += 6;
+    } else {
+        return -EPROTO;
+    }
+    if (*p) return -EPROTO;
+    int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off_s;
+    *ms = t * 1000 + frac_ms;
+    return 0;
+}
+
+/* The time in n (see s3_xml_parse_time) into *ms: 0 when n is absent, -EPROTO when malformed. */
+static int text_time(const xmlNode *n, int64_t *ms)
+{
+    *ms = 0;
+    if (!n) return 0;
+    char buf[64];
+    text_to(n, buf, sizeof buf);
+    return s3_xml_parse_time(buf, ms);
+}
+
 static bool text_true(const xmlNode *n)
 {
     char buf[8];
@@ -185,6 +256,7 @@ static int objects_fn(xmlNode *root, s3_list *out)
             o->key = text_dup(k);
             if (!o->key) return -ENOMEM;
             if (text_u64(child(c, "Size"), &o->size)) return -EPROTO;
+            if (text_time(child(c, "LastModified"), &o->last_modified_ms)) return -EPROTO;
             text_to(child(c, "ETag"), o->etag, sizeof o->etag);
         } else if (named(c, "CommonPrefixes")) {
             char **p = grow((void **)&out->prefixes, &out->n_prefixes, &pcap, sizeof *p);
@@ -208,6 +280,7 @@ static int uploads_fn(xmlNode *root, s3_list *out)
         if (!u) return -ENOMEM;
         xmlNode *k = child(c, "Key"), *id = child(c, "UploadId");
         if (!k || !id) return -EPROTO;
+        if (text_time(child(c, "Initiated"), &u->initiated_ms)) return -EPROTO;
         u->key = text_dup(k);
         u->upload_id = text_dup(id);
         if (!u->key || !u->upload_id) return -ENOMEM;

@@ -144,3 +144,46 @@ Test(s3_xml, bodies_escape_keys)
     cr_assert(strstr(x, "<Part><PartNumber>2</PartNumber><ETag>\"b\"</ETag></Part>"), "%s", x);
     free(x);
 }
+
+Test(s3_xml, times_iso8601_utc)
+{
+    int64_t ms = -1;
+    cr_assert_eq(s3_xml_parse_time("2026-11-30T12:00:00.000Z", &ms), 0);
+    cr_assert_eq(ms, 1796040000000ll);
+    cr_assert_eq(s3_xml_parse_time("1970-01-01T00:00:00Z", &ms), 0);
+    cr_assert_eq(ms, 0);
+    cr_assert_eq(s3_xml_parse_time("2024-02-29T23:59:59.5Z", &ms), 0, "leap day, short fraction");
+    cr_assert_eq(ms, 1709251199500ll);
+    cr_assert_eq(s3_xml_parse_time("2000-03-01T00:00:00.123456+02:00", &ms), 0, "long fraction, offset");
+    cr_assert_eq(ms, 951861600123ll);
+    const char *bad[] = {"", "2026-11-30", "2026-11-30T12:00:00", "2026-13-01T00:00:00Z",
+                         "2023-02-29T00:00:00Z", "2026-11-30T24:00:00Z", "2026-11-30T12:00:00.Z",
+                         "2026-11-30T12:00:00Zjunk", "Mon, 30 Nov 2026 12:00:00 GMT"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(s3_xml_parse_time(bad[i], &ms), -EPROTO, "'%s' refused", bad[i]);
+}
+
+Test(s3_xml, list_entries_carry_their_times)
+{
+    s3_list l;
+    cr_assert_eq(s3_xml_parse_list_objects(L(
+        "<ListBucketResult><IsTruncated>false</IsTruncated>"
+        "<Contents><Key>a</Key><LastModified>2026-11-30T12:00:00.000Z</LastModified><Size>1</Size></Contents>"
+        "<Contents><Key>b</Key><Size>2</Size></Contents></ListBucketResult>"), &l), 0);
+    cr_assert_eq(l.n_objects, 2);
+    cr_assert_eq(l.objects[0].last_modified_ms, 1796040000000ll);
+    cr_assert_eq(l.objects[1].last_modified_ms, 0, "absent: 0");
+    s3_list_clear(&l);
+    cr_assert_eq(s3_xml_parse_list_objects(L("<R><Contents><Key>a</Key><LastModified>yesterday</LastModified>"
+                                             "<Size>1</Size></Contents></R>"), &l), -EPROTO);
+    cr_assert_eq(s3_xml_parse_list_uploads(L(
+        "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+        "<Upload><Key>k1</Key><UploadId>u1</UploadId><Initiated>2024-02-29T23:59:59.500Z</Initiated></Upload>"
+        "<Upload><Key>k2</Key><UploadId>u2</UploadId></Upload></ListMultipartUploadsResult>"), &l), 0);
+    cr_assert_eq(l.n_uploads, 2);
+    cr_assert_eq(l.uploads[0].initiated_ms, 1709251199500ll);
+    cr_assert_eq(l.uploads[1].initiated_ms, 0);
+    s3_list_clear(&l);
+    cr_assert_eq(s3_xml_parse_list_uploads(L("<R><Upload><Key>k</Key><UploadId>u</UploadId>"
+                                             "<Initiated>2026-11-30 12:00</Initiated></Upload></R>"), &l), -EPROTO);
+}

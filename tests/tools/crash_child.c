@@ -1,19 +1,29 @@
 /*
- * tests/tools/crash_child.c — the two halves of the crash test (tests/test_dstl_crash.c).
+ * tests/tools/crash_child.c — the two halves of the crash tests (tests/test_dstl_crash.c,
+ * tests/test_remote_crash.c).
  *
- *   crash_child run DIR HANDLES ENGINE SEED
+ *   crash_child run DIR HANDLES ENGINE SEED [REMOTE_URI MODE]
  *       Persists heavily until killed: W writers on their own threads append deterministic
  *       records, persist every few ms, materialize (truncate) now and then. After each
  *       persist completes, the new handle is written to HANDLES/<writer>.handle (write,
  *       fsync, rename, fsync dir) and only then is the previous handle discarded — the
  *       order a checkpoint coordinator uses, so the file on disk always names a handle whose
  *       segments must still exist.
- *   crash_child verify DIR HANDLES
+ *   crash_child verify DIR HANDLES [REMOTE_URI MODE]
  *       After the kill: opens a fresh storage on DIR, reads every handle file back and checks
  *       each record. Exit 0 only if every record is there, exactly.
  *   crash_child exact DIR HANDLES
  *       After `dstl gc DIR --live` with every handle file: verify again, and check that exactly the
  *       segments the handles reference remain (nothing more deletable, nothing missing).
+ *
+ * Remote mode (REMOTE_URI = s3://bucket/prefix): the storage uploads to it with durability
+ * remote, endpoint and keys from DSTL_T_S3_ENDPOINT / _ACCESS_KEY / _SECRET_KEY / _REGION
+ * (path-style). MODE "small": records up to 3,000 bytes, segments far below the multipart
+ * threshold; "big": records up to 128 KiB, persist-delay 20 ms, multipart-threshold and
+ * part-size 5mb, so many segments are multipart uploads and kills land amid their parts.
+ * A persist that fails (the remote store) is not fatal there: the checkpoint is skipped and
+ * the next persist sends the records again. The remote crash test verifies with DIR a new,
+ * empty dir: every byte then comes from S3.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -29,14 +39,19 @@
 
 #define WRITERS 4
 #define NKG 16
+#define BIG_RECORD_MAX (128u << 10)
 
 static const char *g_handles;
+static const char *g_remote;    /* NULL: local only */
+static int g_big;               /* MODE big */
+
+static size_t record_max(void) { return g_big ? BIG_RECORD_MAX : 3000; }
 
 static size_t payload(uint32_t wid, uint64_t seq, uint8_t *buf)
 {
     uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 40);
     x ^= x >> 31;
-    size_t len = (size_t)(x % 3000);
+    size_t len = (size_t)(x % record_max());
     for (size_t i = 0; i < len; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         buf[i] = (uint8_t)(x >> 56);
@@ -81,7 +96,7 @@ static void *writer_main(void *arg)
     snprintf(id, sizeof id, "w%u", j->wid);
     dstl_writer *w;
     if (dstl_writer_open(j->s, id, 0, NKG - 1, &w) < 0) die("writer open");
-    uint8_t *buf = malloc(4096);
+    uint8_t *buf = malloc(record_max());
     dstl_handle *prev = NULL;
     uint64_t mat = 0, x = j->seed * 2654435761u + j->wid;
     for (uint64_t cp = 1;; cp++) {
@@ -96,7 +111,14 @@ static void *writer_main(void *arg)
         if (dstl_persist(w, mat, cp, &f) < 0) die("persist");
         if (dstl_future_wait(f, -1) < 0) die("wait");
         dstl_handle *h;
-        if (dstl_future_result(f, &h) < 0) die("persist result");
+        if (dstl_future_result(f, &h) < 0) {
+            if (!g_remote) die("persist result");
+            /* the remote store failed this checkpoint: the records stay for the next one */
+            fprintf(stderr, "crash_child: checkpoint %" PRIu64 " of w%u failed: %s\n", cp, j->wid,
+                    dstl_last_error());
+            dstl_future_free(f);
+            continue;
+        }
         dstl_future_free(f);
         write_handle(j->wid, h);           /* the checkpoint is complete ... */
         if (prev) {                        /* ... and only then the previous one goes */
@@ -112,12 +134,39 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-static int run(const char *dir, const char *engine, uint64_t seed)
+/* The config of DIR, and in remote mode of the remote store (g_remote, the DSTL_T_S3_* env). */
+static dstl_config *config_for(const char *dir)
 {
     dstl_config *c;
-    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
-        dstl_config_set(c, "dstl.io.engine", engine) < 0 ||
-        dstl_config_set(c, "dstl.batch.persist-delay", seed % 2 ? "0" : "2ms") < 0)
+    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0) die("config");
+    if (!g_remote) return c;
+    static const char *const env_keys[][2] = {{"DSTL_T_S3_ENDPOINT", "dstl.s3.endpoint"},
+                                              {"DSTL_T_S3_ACCESS_KEY", "dstl.s3.access-key"},
+                                              {"DSTL_T_S3_SECRET_KEY", "dstl.s3.secret-key"},
+                                              {"DSTL_T_S3_REGION", "dstl.s3.region"}};
+    for (size_t i = 0; i < sizeof env_keys / sizeof env_keys[0]; i++) {
+        const char *v = getenv(env_keys[i][0]);
+        if (!v || !*v) {
+            if (i == 3) continue;
+            fprintf(stderr, "crash_child: %s is not set (remote mode)\n", env_keys[i][0]);
+            exit(2);
+        }
+        if (dstl_config_set(c, env_keys[i][1], v) < 0) die("config");
+    }
+    if (dstl_config_set(c, "dstl.remote.uri", g_remote) < 0 || dstl_config_set(c, "dstl.durability", "remote") < 0 ||
+        dstl_config_set(c, "dstl.s3.path-style", "true") < 0)
+        die("config");
+    if (g_big && (dstl_config_set(c, "dstl.upload.multipart-threshold", "5mb") < 0 ||
+                  dstl_config_set(c, "dstl.upload.part-size", "5mb") < 0))
+        die("config");
+    return c;
+}
+
+static int run(const char *dir, const char *engine, uint64_t seed)
+{
+    dstl_config *c = config_for(dir);
+    if (dstl_config_set(c, "dstl.io.engine", engine) < 0 ||
+        dstl_config_set(c, "dstl.batch.persist-delay", g_big ? "20ms" : seed % 2 ? "0" : "2ms") < 0)
         die("config");
     dstl_storage *s;
     if (dstl_storage_open(c, &s) < 0) die("storage open");
@@ -145,15 +194,14 @@ static int read_file(const char *path, void **buf, size_t *len)
 
 static int verify(const char *dir, int exact)
 {
-    dstl_config *c;
-    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0) die("config");
+    dstl_config *c = config_for(dir);
     dstl_storage *s;
     if (dstl_storage_open(c, &s) < 0) die("storage open");
     dstl_handle *live[WRITERS];
     size_t nlive = 0;
     int bad = 0;
     uint64_t records = 0;
-    uint8_t *want = malloc(4096);
+    uint8_t *want = malloc(record_max());
     for (uint32_t wid = 0; wid < WRITERS; wid++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/w%u.handle", g_handles, wid);
@@ -226,16 +274,33 @@ static int verify(const char *dir, int exact)
     return bad;
 }
 
+/* [REMOTE_URI MODE] at argv[first]: remote mode. 0, or -1 for a bad mode. */
+static int remote_args(int argc, char **argv, int first)
+{
+    if (argc == first) return 0;
+    if (argc != first + 2 || strncmp(argv[first], "s3://", 5) != 0) return -1;
+    g_remote = argv[first];
+    if (!strcmp(argv[first + 1], "big")) g_big = 1;
+    else if (strcmp(argv[first + 1], "small")) return -1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc == 6 && !strcmp(argv[1], "run")) {
+    if ((argc == 6 || argc == 8) && !strcmp(argv[1], "run") && remote_args(argc, argv, 6) == 0) {
         g_handles = argv[3];
         return run(argv[2], argv[4], strtoull(argv[5], NULL, 10));
     }
-    if (argc == 4 && (!strcmp(argv[1], "verify") || !strcmp(argv[1], "exact"))) {
+    if ((argc == 4 || argc == 6) && !strcmp(argv[1], "verify") && remote_args(argc, argv, 4) == 0) {
         g_handles = argv[3];
-        return verify(argv[2], !strcmp(argv[1], "exact"));
+        return verify(argv[2], 0);
     }
-    fprintf(stderr, "usage: crash_child run DIR HANDLES ENGINE SEED | verify|exact DIR HANDLES\n");
+    if (argc == 4 && !strcmp(argv[1], "exact")) {
+        g_handles = argv[3];
+        return verify(argv[2], 1);
+    }
+    fprintf(stderr, "usage: crash_child run DIR HANDLES ENGINE SEED [s3://BUCKET/PREFIX small|big]\n"
+                    "       crash_child verify DIR HANDLES [s3://BUCKET/PREFIX small|big]\n"
+                    "       crash_child exact DIR HANDLES\n");
     return 2;
 }

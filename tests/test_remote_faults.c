@@ -1,0 +1,378 @@
+/*
+ * tests/test_remote_faults.c — remote durability through the fault proxy (tests/tools/s3proxy)
+ * in front of the S3 server tests/run.sh starts.
+ *
+ *  - A 5-second outage (the proxy is killed: connections in flight are reset, new ones
+ *    refused; then it comes back on the same port): the persists that fall in it fail with a
+ *    detail naming the object, the later ones succeed, and in the end one handle from seq 0
+ *    reads back every record appended, with no gap — from the local copy and from S3 alone.
+ *  - 503 SlowDown bursts and answers slower than dstl.upload.timeout, on single PUTs and on a
+ *    multipart upload (CreateMultipartUpload, parts, CompleteMultipartUpload): retries and
+ *    hedges happen (stats), every persist succeeds, the data reads back from S3 alone, and
+ *    after truncating, discarding and closing the prefix holds no object and no upload.
+ *
+ * Storages use small upload timeouts (300-500 ms) and attempt counts so a failure is quick.
+ * Every test fails (never skips) without the S3 environment (DSTL_T_S3_*).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dstl.h"
+#include "tests/helpers.h"
+#include "tests/helpers_dstl.h"
+#include "tests/helpers_s3.h"
+
+#define NKG 16
+
+static t_s3_env env;
+static s3_client *direct;       /* straight to the server: checks and cleanup */
+static char bucket[64];
+static char *dir;
+static t_s3_proxy proxy;
+
+static void setup(void)
+{
+    char why[512];
+    dir = t_mkdtemp("rfaults");
+    cr_assert_not_null(dir);
+    if (t_s3_setup(&env, &direct, bucket, sizeof bucket, "rfaults", why, sizeof why))
+        cr_assert_fail("S3: %s", why);
+}
+
+static void teardown(void)
+{
+    t_s3_proxy_stop(&proxy);
+    char why[512] = "";
+    if (direct && bucket[0] && t_s3_drop_bucket(direct, bucket, why, sizeof why))
+        fprintf(stderr, "teardown: %s\n", why);
+    s3_client_free(direct);
+    direct = NULL;
+    if (dir) t_rm_rf(dir);
+    free(dir);
+    dir = NULL;
+}
+
+TestSuite(remote_faults, .init = setup, .fini = teardown, .timeout = 120);
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A storage on local_dir uploading to s3://bucket/p through endpoint, durability remote, then
+ * the key/value pairs of extra (NULL-terminated array). */
+static dstl_storage *open_remote(const char *local_dir, const char *endpoint, const char *const *extra)
+{
+    char uri[128];
+    snprintf(uri, sizeof uri, "s3://%s/p", bucket);
+    dstl_config *c = t_config(local_dir, "dstl.remote.uri", uri, "dstl.durability", "remote", "dstl.s3.endpoint",
+                              endpoint, "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key,
+                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.path-style", "true", NULL);
+    for (size_t i = 0; extra && extra[i]; i += 2)
+        cr_assert_eq(dstl_config_set(c, extra[i], extra[i + 1]), 0, "%s", dstl_last_error());
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "open: %s", dstl_last_error());
+    dstl_config_free(c);
+    return s;
+}
+
+/* The proxy with script in front of the server, a storage on DIR/data through it (extra:
+ * key/value pairs), and its writer "w0". */
+static dstl_storage *through_proxy(const char *script, const char *const *extra, dstl_writer **w)
+{
+    char why[512], ldir[4200];
+    cr_assert_eq(t_s3_proxy_start(&proxy, env.endpoint, script, why, sizeof why), 0, "%s", why);
+    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    dstl_storage *s = open_remote(ldir, proxy.url, extra);
+    cr_assert_eq(dstl_writer_open(s, "w0", 0, NKG - 1, w), 0);
+    return s;
+}
+
+/* persist + wait; the future's result (a handle in *out on success, the detail in errmsg). */
+static int persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out, char *errmsg, size_t cap)
+{
+    dstl_future *f = NULL;
+    int rc = dstl_persist(w, from, cp, &f);
+    if (rc == 0) {
+        cr_assert_eq(dstl_future_wait(f, 30000), 0, "a future stayed pending for 30 s");
+        rc = dstl_future_result(f, out);
+        dstl_future_free(f);
+    }
+    if (rc < 0) snprintf(errmsg, cap, "%s", dstl_last_error());
+    return rc;
+}
+
+/* Reads h back through a storage whose local dir is new and empty: every byte from S3. */
+static void verify_from_s3(const dstl_handle *h, uint32_t wid, size_t max_len)
+{
+    char rdir[4200];
+    snprintf(rdir, sizeof rdir, "%s/s3only", dir);
+    dstl_storage *rs = open_remote(rdir, env.endpoint, NULL);
+    long n = t_verify(rs, h, wid, 0, NKG, 0, NKG - 1, max_len);
+    cr_assert_eq(n, (long)(dstl_handle_to_seq(h) - dstl_handle_from_seq(h)),
+                 "read back from S3 alone: %ld (%s)", n, n < 0 ? dstl_last_error() : "records");
+    cr_assert_eq(dstl_storage_close(rs), 0);
+    t_rm_rf(rdir);
+}
+
+static void assert_prefix_empty(const char *when)
+{
+    size_t objects = 99, uploads = 99;
+    cr_assert_eq(t_s3_count(direct, bucket, "p/", &objects, &uploads), 0);
+    cr_assert_eq(objects, 0, "%s: %zu objects left in s3://%s/p/", when, objects, bucket);
+    cr_assert_eq(uploads, 0, "%s: %zu incomplete multipart uploads left in s3://%s/p/", when, uploads, bucket);
+}
+
+/* The faults caused retries and hedges, and no persist failed. Stats are copied from the
+ * pipeline's client on its loop's turns: wait until the counters show them (or 5 s). */
+static void assert_retried_and_hedged(dstl_storage *s, const char *what)
+{
+    dstl_stats st;
+    for (int i = 0; i < 500; i++) {
+        cr_assert_eq(dstl_storage_stats(s, &st), 0);
+        if (st.remote_retries > 0 && st.hedged_attempts > 0) break;
+        usleep(10000);
+    }
+    cr_log_info("%s: %llu requests, %llu retries, %llu hedges", what, (unsigned long long)st.remote_requests,
+                (unsigned long long)st.remote_retries, (unsigned long long)st.hedged_attempts);
+    cr_assert_gt(st.remote_retries, 0, "%s: 503 SlowDown caused no retry", what);
+    cr_assert_gt(st.hedged_attempts, 0, "%s: answers slower than dstl.upload.timeout caused no hedge", what);
+    cr_assert_eq(st.persist_failures, 0);
+}
+
+/* ---- the outage ---- */
+
+/* The proxy again on the port it had (SO_REUSEADDR: the old sockets do not block it). */
+static int proxy_restart(t_s3_proxy *p, int port)
+{
+    char path[PATH_MAX + 16], portbuf[16];
+    const char *tools = getenv("DSTL_TEST_TOOLS");
+    snprintf(path, sizeof path, "%s/s3proxy", tools && *tools ? tools : "build/tools");
+    snprintf(portbuf, sizeof portbuf, "%d", port);
+    int pfd[2];
+    if (pipe(pfd)) return -errno;
+    pid_t pid = fork();
+    if (pid < 0) return -errno;
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execl(path, "s3proxy", "--upstream", env.endpoint, "--port", portbuf, (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char line[64] = "";
+    ssize_t n = read(pfd[0], line, sizeof line - 1);
+    close(pfd[0]);
+    int got = 0;
+    if (n <= 0 || sscanf(line, "port %d", &got) != 1 || got != port) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -EIO;
+    }
+    p->pid = pid;
+    return 0;
+}
+
+typedef struct {
+    int64_t t0_ms, down_ms, up_ms;  /* when the outage started and ended (from t0) */
+    int err;                        /* the restart's failure */
+} outage;
+
+#define OUTAGE_START_MS 1500
+#define OUTAGE_LEN_MS 5000
+
+static void *outage_main(void *arg)
+{
+    outage *o = arg;
+    usleep(OUTAGE_START_MS * 1000);
+    int port = proxy.port;
+    t_s3_proxy_stop(&proxy);            /* SIGTERM: in-flight connections reset, new ones refused */
+    o->down_ms = now_ms() - o->t0_ms;
+    usleep(OUTAGE_LEN_MS * 1000);
+    o->err = proxy_restart(&proxy, port);
+    o->up_ms = now_ms() - o->t0_ms;
+    return NULL;
+}
+
+typedef struct {
+    int64_t start_ms;
+    int rc;
+    char err[600];
+} attempt;
+
+Test(remote_faults, outage_fails_persists_in_it_and_loses_nothing, .timeout = 120)
+{
+    const char *extra[] = {"dstl.upload.timeout", "300ms", "dstl.upload.max-attempts", "3",
+                           "dstl.upload.next-attempt-delay", "50ms", "dstl.batch.persist-delay", "5ms", NULL};
+    dstl_writer *w = NULL;
+    dstl_storage *s = through_proxy("", extra, &w);
+    char ldir[4200];
+    snprintf(ldir, sizeof ldir, "%s/data", dir);
+
+    outage o = {.t0_ms = now_ms()};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, outage_main, &o), 0);
+    static attempt log[2000];
+    size_t n = 0;
+    dstl_handle *last = NULL;
+    const size_t max_len = 300;
+    uint64_t cp = 1;
+    /* a writer that persists everything since seq 0 (no materialization) every ~50 ms */
+    while (n < sizeof log / sizeof log[0] && now_ms() - o.t0_ms < OUTAGE_START_MS + OUTAGE_LEN_MS + 3000) {
+        t_append_n(w, 0, 20, 0, NKG, max_len);
+        attempt *a = &log[n++];
+        a->start_ms = now_ms() - o.t0_ms;
+        dstl_handle *h = NULL;
+        a->rc = persist_result(w, 0, cp++, &h, a->err, sizeof a->err);
+        if (a->rc == 0) {              /* the new checkpoint subsumes the previous one */
+            if (last) cr_assert_eq(dstl_handle_discard(s, last), 0);
+            dstl_handle_free(last);
+            last = h;
+        }
+        usleep(50000);
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(o.err, 0, "the proxy did not come back on port %d: %d", proxy.port, o.err);
+
+    char want_obj[128];
+    snprintf(want_obj, sizeof want_obj, "s3://%s/p/", bucket);
+    size_t failed = 0, after_ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        attempt *a = &log[i];
+        if (a->rc != 0) {
+            if (failed++ == 0) cr_log_info("first failure: %d (%s): %s", a->rc, dstl_strerror(a->rc), a->err);
+            cr_expect(a->rc == DSTL_EREMOTE || a->rc == -ETIMEDOUT || a->rc == -ECONNREFUSED,
+                      "persist at %lld ms failed with %d (%s): %s", (long long)a->start_ms, a->rc,
+                      dstl_strerror(a->rc), a->err);
+            cr_expect(strstr(a->err, want_obj) != NULL, "the detail names the object: %s", a->err);
+            cr_expect(a->start_ms + 3000 > o.down_ms && a->start_ms < o.up_ms,
+                      "persist at %lld ms failed outside the outage [%lld, %lld] ms: %s", (long long)a->start_ms,
+                      (long long)o.down_ms, (long long)o.up_ms, a->err);
+        } else if (a->start_ms > o.up_ms) {
+            after_ok++;
+        }
+        cr_expect(a->start_ms <= o.up_ms || a->rc == 0, "persist at %lld ms, after the outage, failed: %s",
+                  (long long)a->start_ms, a->err);
+    }
+    cr_log_info("outage [%lld, %lld] ms: %zu persists, %zu failed, %zu after it", (long long)o.down_ms,
+                (long long)o.up_ms, n, failed, after_ok);
+    cr_assert_gt(failed, 0, "no persist failed during a %d ms outage", OUTAGE_LEN_MS);
+    cr_assert_gt(after_ok, 0, "no persist after the outage");
+
+    /* one handle from 0: every record, no gap */
+    uint64_t end = dstl_writer_next_seq(w);
+    dstl_handle *all = t_persist(w, 0, cp++);
+    cr_assert_eq(dstl_handle_from_seq(all), 0);
+    cr_assert_eq(dstl_handle_to_seq(all), end);
+    cr_assert_eq(t_verify(s, all, 0, 0, NKG, 0, NKG - 1, max_len), (long)end);
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    cr_expect_geq(st.persist_failures, failed);
+    cr_expect_gt(st.remote_failures, 0);
+    verify_from_s3(all, 0, max_len);
+
+    /* everything goes: truncate, discard, close; then gc sweeps what the outage stranded
+     * (a PUT that landed while its answer was lost), and the prefix is empty */
+    cr_assert_eq(dstl_truncate(w, end), 0);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    dstl_handle_discard(s, all);
+    if (last) dstl_handle_discard(s, last);
+    dstl_handle_free(all);
+    dstl_handle_free(last);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    dstl_storage *g = open_remote(ldir, env.endpoint, NULL);
+    dstl_gc_report rep;
+    cr_assert_eq(dstl_gc(g, NULL, 0, 0, 0, &rep), 0, "gc: %s", dstl_last_error());
+    cr_assert_eq(rep.kept_live + rep.kept_young, 0);
+    cr_log_info("gc after the outage: %llu scanned, %llu deleted", (unsigned long long)rep.scanned,
+                (unsigned long long)rep.deleted);
+    cr_assert_eq(dstl_storage_close(g), 0);
+    assert_prefix_empty("after the outage, truncate, discard, close and gc");
+}
+
+/* ---- throttling and slow answers ---- */
+
+/* Persists n times (appending `per` records of up to max_len bytes before each), asserting
+ * each succeeds; returns the handles (the caller discards and frees them). */
+static dstl_handle **persist_rounds(dstl_writer *w, int n, uint64_t per, size_t max_len)
+{
+    dstl_handle **hs = calloc((size_t)n, sizeof *hs);
+    for (int i = 0; i < n; i++) {
+        t_append_n(w, 0, per, 0, NKG, max_len);
+        char err[600];
+        int rc = persist_result(w, 0, (uint64_t)i + 1, &hs[i], err, sizeof err);
+        cr_assert_eq(rc, 0, "persist %d failed under throttling/slow answers: %s", i, err);
+    }
+    return hs;
+}
+
+static void drain_and_check(dstl_storage *s, dstl_writer *w, dstl_handle **hs, int n)
+{
+    cr_assert_eq(dstl_truncate(w, dstl_writer_next_seq(w)), 0);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(dstl_handle_discard(s, hs[i]), 0);
+        dstl_handle_free(hs[i]);
+    }
+    free(hs);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    char ldir[4200];
+    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    cr_assert_eq(t_count_segments(ldir), 0, "local segments left");
+    assert_prefix_empty("after truncating everything, discarding every handle and closing");
+}
+
+Test(remote_faults, slowdown_and_slow_puts_retry_and_hedge_leaving_nothing, .timeout = 120)
+{
+    /* each rule is used up once per request it takes, in order: 503 bursts of two (the third
+     * attempt passes), and answers held 800 ms (> upload.timeout: a hedged twin races them;
+     * the first attempt landed, so the twin meets If-None-Match and the client settles it) */
+    const char *script = "PUT 503 x2; PUT delay=800; PUT 503 x2; PUT delay=800 x2; PUT 503 x2; PUT delay=800";
+    const char *extra[] = {"dstl.upload.timeout", "300ms", "dstl.upload.max-attempts", "3",
+                           "dstl.upload.next-attempt-delay", "20ms", "dstl.batch.persist-delay", "5ms", NULL};
+    dstl_writer *w = NULL;
+    dstl_storage *s = through_proxy(script, extra, &w);
+    const int rounds = 8;
+    dstl_handle **hs = persist_rounds(w, rounds, 50, 2000);
+    assert_retried_and_hedged(s, "single PUTs");
+    verify_from_s3(hs[rounds - 1], 0, 2000);
+    drain_and_check(s, w, hs, rounds);
+}
+
+Test(remote_faults, slowdown_and_slow_multipart_retry_and_hedge_leaving_nothing, .timeout = 180)
+{
+    /* CreateMultipartUpload throttled once, parts throttled and one held, the Complete held
+     * (its hedged twin finds the upload completed: the client settles it with a HEAD) */
+    const char *script = "POST?uploads 503; PUT?partNumber 503 x2; PUT?partNumber=2 delay=1200; "
+                         "POST?uploadId delay=1200";
+    const char *extra[] = {"dstl.upload.timeout", "500ms", "dstl.upload.max-attempts", "4",
+                           "dstl.upload.next-attempt-delay", "20ms", "dstl.batch.persist-delay", "5ms",
+                           "dstl.upload.part-size", "5mb", "dstl.upload.multipart-threshold", "5mb",
+                           "dstl.preemptive-persist-threshold", "64mb", NULL};
+    dstl_writer *w = NULL;
+    dstl_storage *s = through_proxy(script, extra, &w);
+    /* 360 records of up to 64 KiB: about 11.5 MiB in one segment, three parts */
+    const size_t max_len = 65536;
+    dstl_handle **hs = persist_rounds(w, 1, 360, max_len);
+    cr_assert_gt(dstl_handle_size(hs[0]), 10u << 20, "the segment must be a multipart upload (> 10 MiB)");
+    /* and a small one after it: the client is healthy again */
+    dstl_handle **more = persist_rounds(w, 1, 10, 100);
+    assert_retried_and_hedged(s, "multipart");
+    verify_from_s3(hs[0], 0, max_len);
+    dstl_handle **all = realloc(hs, 2 * sizeof *hs);
+    all[1] = more[0];
+    free(more);
+    drain_and_check(s, w, all, 2);
+}
