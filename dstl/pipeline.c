@@ -249,7 +249,9 @@ static void on_uploaded(void *ctx, const s3_result *r)
         histo_add(&s->upload_lat_us, (now_ns() - b->flushed_ns) / 1000);
         pthread_mutex_unlock(&s->mu);
     }
-    b->remote_res = r->err == 0 ? 0 : (r->err == -ECANCELED ? DSTL_EREMOTE : r->err);
+    /* One code for "the remote store failed after every attempt" (API.md); the detail keeps
+     * the cause (refused, timed out, 503 SlowDown, cancelled at the bound, ...). */
+    b->remote_res = r->err == 0 ? 0 : r->err == -ENOMEM ? -ENOMEM : DSTL_EREMOTE;
     pthread_mutex_lock(&s->mu);
     if (b->ended && b->end_res == 0) {
         b->g->uploading = 0;          /* ended earlier (durability local): the copy is in now */
@@ -272,6 +274,12 @@ static void on_uploaded(void *ctx, const s3_result *r)
     batch_progress(s, b);
 }
 
+static void on_orphan_deleted(void *ctx, const s3_result *r)
+{
+    (void)r;                  /* on failure the object stays as an orphan for dstl gc */
+    free(ctx);
+}
+
 /* Frees batches whose copies are all done; a failed batch's copies are removed. */
 static void reap_batches(loop_state *ls)
 {
@@ -287,6 +295,12 @@ static void reap_batches(loop_state *ls)
             /* Never acknowledged: its local file is garbage now (the upload removes its own
              * leftovers); a crash before this unlink leaves an orphan for dstl gc. */
             segstore_unlink(s->store, b->name);
+        }
+        if (b->end_res != 0 && b->remote_done && b->remote_res == 0) {
+            /* The local copy failed (durability local) but the object landed: nothing refers
+             * to it; delete it now rather than leave it to dstl gc. */
+            char *key = strdup(b->key);
+            if (key && s3_delete_object(s->s3, s->remote.bucket, key, NULL, on_orphan_deleted, key) < 0) free(key);
         }
         batch_free(b);
     }
