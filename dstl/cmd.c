@@ -126,11 +126,23 @@ int cmd_write_handle(const char *path, const dstl_handle *h)
         off += (size_t)n;
     }
     free(buf);
-    /* DURABILITY: the handle file is durable after fsync; rename makes it appear whole. */
+    /* DURABILITY: the bytes are durable after fsync; rename makes the file appear whole, and
+     * the fsync of its directory makes the name durable. A crash before leaves the old file
+     * (or none) and a .tmp. */
     if (rc == 0 && fsync(fd) < 0) rc = -errno;
     close(fd);
     if (rc == 0 && rename(tmp, path) < 0) rc = -errno;
-    if (rc < 0) unlink(tmp);
+    if (rc < 0) {
+        unlink(tmp);
+        return rc;
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    int dfd = open(slash ? (*dir ? dir : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) < 0) rc = -errno;
+    if (dfd >= 0) close(dfd);
     return rc;
 }
 

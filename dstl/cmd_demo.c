@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -351,6 +352,22 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
     } else if (ok) {
         fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
         ok = 0;
+    }
+    /* Keep the last handles beside the data, for `dstl cat` and `dstl gc --live`. */
+    if (ok && nkeep) {
+        char hdir[4200];
+        snprintf(hdir, sizeof hdir, "%s/handles", dstl_config_get(c, "dstl.local.dir"));
+        mkdir(hdir, 0755);
+        for (size_t i = 0; i < nkeep; i++) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s.handle", hdir, dstl_handle_writer_id(keep[i]));
+            if (cmd_write_handle(path, keep[i]) < 0) {
+                fprintf(stderr, "dstl demo: writing %s: %s\n", path, dstl_last_error());
+                ok = 0;
+            }
+        }
+        if (ok) printf("last handles: %s/*.handle (try: dstl cat %s/%s.handle)\n", hdir, hdir,
+                       dstl_handle_writer_id(keep[0]));
     }
     for (size_t i = 0; i < nkeep; i++) dstl_handle_free(keep[i]);
     free(keep);

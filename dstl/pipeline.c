@@ -522,7 +522,8 @@ static void *pipeline_main(void *arg)
 {
     loop_state ls = {.s = arg};
     dstl_storage *s = ls.s;
-    reserve_ahead(&ls);
+    /* Names are reserved once there is something to write (a storage opened only to read
+     * or sweep creates no files), then kept ahead after every flush. */
     for (;;) {
         int timeout_ms = -1;
         if (ls.open && s->cv.persist_delay_us > 0) {
@@ -579,6 +580,7 @@ static void *pipeline_main(void *arg)
         }
         int has_deletes = s->delete_head != NULL;
         pthread_mutex_unlock(&s->mu);
+        if (ls.open && ls.reserved_upto == 0) reserve_ahead(&ls);
 
         if (has_deletes) run_deletes(s);
         if (flush_due(&ls, closing, now_ns())) {

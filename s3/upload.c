@@ -570,6 +570,8 @@ static void up_part_done(void *ctx, const s3_result *r)
         if (s3_multipart_etag(infos, u->n_parts, u->expect)) u->expect[0] = '\0';
         u->phase = U_COMPLETE;
         u->complete_tried = true;
+        /* DURABILITY: the object exists only once CompleteMultipartUpload is acknowledged;
+         * until then a crash leaves an incomplete upload (no object), which dstl gc aborts. */
         CHILD(s3_complete_multipart_upload(u->op.c, u->bucket, u->key, u->upload_id, infos,
                                            u->n_parts, u->inm, &u->complete, up_complete_done, u),
               u->complete);
