@@ -485,6 +485,43 @@ Test(wire_segment, filters_key_groups_and_seq_ranges, .timeout = 60)
     }
 }
 
+/* Fetches only the two ranges of [ka, kb] into a buffer laid out as their covering range
+ * (the gap poisoned, as never fetched), iterates it and checks every record against the model.
+ * Returns the buffer (the caller frees it) and its covering range. */
+static uint8_t *iterate_two_ranges(const mseg *m, const wire_segment_out *out, const wire_section_info *si,
+                                   uint32_t ka, uint32_t kb, uint64_t *coff_out, uint64_t *clen_out,
+                                   uint64_t off[2], uint64_t len[2])
+{
+    uint64_t coff, clen;
+    cr_assert_eq(wire_section_ranges(si, ka, kb, off, len), 2, "selected data runs and the meta run");
+    wire_section_range(si, ka, kb, &coff, &clen);
+    cr_assert_eq(coff, off[0]);
+    cr_assert_eq(coff + clen, off[1] + len[1]);
+    uint8_t *buf = malloc(clen);
+    memset(buf, 0xAA, clen);
+    memcpy(buf, out->buf + si->offset + off[0], len[0]);
+    memcpy(buf + (off[1] - coff), out->buf + si->offset + off[1], len[1]);
+    wire_iter *it;
+    wire_err err = {{0}};
+    cr_assert_eq(wire_iter_open(si, buf, coff, clen, 0, UINT64_MAX, ka, kb, &it, &err), 0, "%s", err.msg);
+    wire_record r;
+    size_t count = 0, want = 0;
+    const msec *s = &m->secs[0];
+    while (wire_iter_next(it, &r, &err) == 1) {
+        const mrec *e = &s->recs[r.seq - s->seq_first];
+        cr_assert(e->meta || (e->kg >= ka && e->kg <= kb));
+        cr_assert_eq(r.len, e->len);
+        cr_assert(r.len == 0 || memcmp(r.data, e->data, r.len) == 0);
+        count++;
+    }
+    for (size_t i = 0; i < s->n; i++) want += s->recs[i].meta || (s->recs[i].kg >= ka && s->recs[i].kg <= kb);
+    cr_assert_eq(count, want);
+    wire_iter_free(it);
+    *coff_out = coff;
+    *clen_out = clen;
+    return buf;
+}
+
 Test(wire_segment, partial_range_reads_only_needed_runs)
 {
     rng_state = 5;
@@ -498,39 +535,14 @@ Test(wire_segment, partial_range_reads_only_needed_runs)
     const wire_section_info *si = wire_index_section(ix, 0);
     cr_assert_gt(si->nruns, 10);
     uint32_t ka = si->runs[3].key_group, kb = si->runs[5].key_group;
-    uint64_t off[2], len[2];
-    int n = wire_section_ranges(si, ka, kb, off, len);
-    cr_assert_eq(n, 2, "data runs 3..5 and the meta run");
+    uint64_t off[2], len[2], coff, clen;
+    uint8_t *buf = iterate_two_ranges(&m, &out, si, ka, kb, &coff, &clen, off, len);
     cr_assert_eq(off[0], si->runs[3].offset);
     cr_assert_eq(off[0] + len[0], si->runs[6].offset);
     cr_assert(si->runs[si->nruns - 1].is_meta);
     cr_assert_eq(off[1], si->runs[si->nruns - 1].offset);
-    uint64_t coff, clen;
-    wire_section_range(si, ka, kb, &coff, &clen);
-    cr_assert_eq(coff, off[0]);
-    cr_assert_eq(coff + clen, off[1] + len[1]);
-    /* a buffer holding only the two ranges, the gap poisoned: the iterator never reads it */
-    uint8_t *buf = malloc(clen);
-    memset(buf, 0xAA, clen);
-    memcpy(buf, out.buf + si->offset + off[0], len[0]);
-    memcpy(buf + (off[1] - coff), out.buf + si->offset + off[1], len[1]);
     wire_iter *it;
     wire_err err = {{0}};
-    cr_assert_eq(wire_iter_open(si, buf, coff, clen, 0, UINT64_MAX, ka, kb, &it, &err), 0, "%s", err.msg);
-    wire_record r;
-    size_t count = 0;
-    const msec *s = &m.secs[0];
-    while (wire_iter_next(it, &r, &err) == 1) {
-        const mrec *e = &s->recs[r.seq - s->seq_first];
-        cr_assert(e->meta || (e->kg >= ka && e->kg <= kb));
-        cr_assert_eq(r.len, e->len);
-        cr_assert(r.len == 0 || memcmp(r.data, e->data, r.len) == 0);
-        count++;
-    }
-    size_t want = 0;
-    for (size_t i = 0; i < s->n; i++) want += s->recs[i].meta || (s->recs[i].kg >= ka && s->recs[i].kg <= kb);
-    cr_assert_eq(count, want);
-    wire_iter_free(it);
     /* a range that misses a needed run is a caller error */
     cr_assert_eq(wire_iter_open(si, buf, coff, (size_t)len[0], 0, UINT64_MAX, ka, kb, &it, &err), -EINVAL);
     /* a flipped bit inside a needed run is caught by the run's CRC */
@@ -559,29 +571,9 @@ Test(wire_segment, partial_ranges_spanning_the_section_leave_the_gap_unread)
     cr_assert_gt(si->nruns, 6);
     uint32_t ka = si->runs[0].key_group, kb = si->runs[1].key_group;
     uint64_t off[2], len[2], coff, clen;
-    cr_assert_eq(wire_section_ranges(si, ka, kb, off, len), 2);
-    wire_section_range(si, ka, kb, &coff, &clen);
+    uint8_t *buf = iterate_two_ranges(&m, &out, si, ka, kb, &coff, &clen, off, len);
     cr_assert_eq(coff, 0);
     cr_assert_eq(clen, si->stored_len, "the covering range is the whole section");
-    uint8_t *buf = malloc(clen);
-    memset(buf, 0xAA, clen);                    /* the gap: never fetched */
-    memcpy(buf + off[0], out.buf + si->offset + off[0], len[0]);
-    memcpy(buf + off[1], out.buf + si->offset + off[1], len[1]);
-    wire_iter *it;
-    wire_err err = {{0}};
-    cr_assert_eq(wire_iter_open(si, buf, 0, clen, 0, UINT64_MAX, ka, kb, &it, &err), 0, "%s", err.msg);
-    wire_record r;
-    size_t count = 0, want = 0;
-    const msec *s = &m.secs[0];
-    while (wire_iter_next(it, &r, &err) == 1) {
-        const mrec *e = &s->recs[r.seq - s->seq_first];
-        cr_assert(e->meta || (e->kg >= ka && e->kg <= kb));
-        cr_assert(r.len == e->len && (r.len == 0 || memcmp(r.data, e->data, r.len) == 0));
-        count++;
-    }
-    for (size_t i = 0; i < s->n; i++) want += s->recs[i].meta || (s->recs[i].kg >= ka && s->recs[i].kg <= kb);
-    cr_assert_eq(count, want);
-    wire_iter_free(it);
     free(buf);
     wire_index_free(ix);
     wire_segment_out_free(&out);
