@@ -72,8 +72,71 @@ typedef struct batch {
     char local_err[512], remote_err[512];
 } batch;
 
+/* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
+ * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header;
+ * capacities round up to 1 MiB so buffers fit the next batches; the pool keeps at most
+ * POOL_MAX_BYTES idle (a few segments at the default persist-size-threshold). Pipeline
+ * thread only: the encoder allocates and batch_free releases there. */
+#define POOL_ROUND (1u << 20)
+#define POOL_MAX_BYTES (64u << 20)
+
+typedef struct pbuf {
+    struct pbuf *next;
+    size_t cap;
+    max_align_t align_[2];      /* keeps the data after the header aligned */
+} pbuf;
+
+typedef struct {
+    pbuf *free_list;
+    size_t idle_bytes;
+} buf_pool;
+
+static void *pool_alloc(void *ctx, size_t len)
+{
+    buf_pool *p = ctx;
+    pbuf **best = NULL;
+    for (pbuf **pp = &p->free_list; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= len && (!best || (*pp)->cap < (*best)->cap)) best = pp;
+    if (best) {
+        pbuf *b = *best;
+        *best = b->next;
+        p->idle_bytes -= b->cap;
+        return b + 1;
+    }
+    size_t cap = (len + POOL_ROUND - 1) / POOL_ROUND * POOL_ROUND;
+    pbuf *b = malloc(sizeof *b + cap);
+    if (!b) return NULL;
+    b->cap = cap;
+    return b + 1;
+}
+
+static void pool_release(void *ctx, void *ptr)
+{
+    buf_pool *p = ctx;
+    if (!ptr) return;
+    pbuf *b = (pbuf *)ptr - 1;
+    if (p->idle_bytes + b->cap > POOL_MAX_BYTES) {
+        free(b);
+        return;
+    }
+    b->next = p->free_list;
+    p->free_list = b;
+    p->idle_bytes += b->cap;
+}
+
+static void pool_free(buf_pool *p)
+{
+    for (pbuf *b = p->free_list, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    p->free_list = NULL;
+    p->idle_bytes = 0;
+}
+
 typedef struct {
     dstl_storage *s;
+    buf_pool pool;
     batch *open;
     batch *inflight_list;       /* flushed, some copy still being written */
     unsigned inflight;          /* local writes not yet called back */
@@ -334,7 +397,8 @@ static void flush(loop_state *ls)
                                   x->r->spans, x->r->nspans};
     }
     wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
-                       .compression = s->cv.compression};
+                       .compression = s->cv.compression, .alloc = pool_alloc, .release = pool_release,
+                       .alloc_ctx = &ls->pool};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
@@ -598,6 +662,7 @@ static void *pipeline_main(void *arg)
         segstore_stats(s->store, &st);
         ls.inflight = st.inflight;
     }
+    pool_free(&ls.pool);
     return NULL;
 }
 
