@@ -44,6 +44,12 @@ typedef struct chunk {
 
 #define CHUNK_MIN (4u << 10)    /* 4 KiB: 1,000 idle writers hold 4 MiB */
 #define CHUNK_MAX (1u << 20)    /* 1 MiB: a busy writer mallocs once per ~10,000 small records */
+#define CHUNK_CLASSES 9         /* 4 KiB .. 1 MiB, powers of two */
+/* Freed chunks are kept for reuse up to this many bytes per storage: a fresh page costs a
+ * fault on first touch (microseconds on a VM), which made faults the largest cost of
+ * appending; 16 MiB is tens of milliseconds of appends at hundreds of MB/s, and with the
+ * segment buffer pool stays inside the 64 MiB of RSS the design allows beyond max-in-flight. */
+#define CHUNK_POOL_BYTES (16u << 20)
 
 enum { RANGE_INFLIGHT = 0, RANGE_DURABLE = 1, RANGE_FAILED = 2 };
 
@@ -191,6 +197,11 @@ struct dstl_storage {
     struct dstl_writer *writers;
     size_t nwriters;
 
+    /* freed writer chunks, by size class (under pool_mu: writers allocate without s->mu) */
+    pthread_mutex_t pool_mu;
+    chunk *chunk_pool[CHUNK_CLASSES];
+    size_t chunk_pool_bytes;
+
     /* registry (under mu) */
     uint64_t next_seg_no;
     u64map segs;                /* no -> seg */
@@ -248,6 +259,7 @@ void future_finish(dstl_future *f, int err, const char *detail);   /* under s->m
 void future_complete_if_ready(dstl_future *f);
 void future_unref(dstl_future *f);
 void range_free(range *r);
+void chunk_pool_free(dstl_storage *s);
 
 /* metrics.c */
 int metrics_format(dstl_storage *s, char **text);

@@ -68,6 +68,7 @@ typedef struct batch {
     uint64_t flushed_ns;
     struct s3_op *op;           /* the upload, while it runs */
     char name[64];              /* the segment's name (the seg may be gone when it failed) */
+    size_t counted_buf;         /* bytes of the encoded buffer counted in s->in_flight_bytes */
     char key[640];
     char local_err[512], remote_err[512];
 } batch;
@@ -75,10 +76,10 @@ typedef struct batch {
 /* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
  * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header;
  * capacities round up to 1 MiB so buffers fit the next batches; the pool keeps at most
- * POOL_MAX_BYTES idle (a few segments at the default persist-size-threshold). Pipeline
+ * POOL_MAX_BYTES idle (about one segment at the default persist-size-threshold). Pipeline
  * thread only: the encoder allocates and batch_free releases there. */
 #define POOL_ROUND (1u << 20)
-#define POOL_MAX_BYTES (64u << 20)
+#define POOL_MAX_BYTES (16u << 20)
 
 typedef struct pbuf {
     struct pbuf *next;
@@ -189,6 +190,13 @@ static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
 
 static void batch_free(batch *b)
 {
+    if (b->counted_buf) {
+        dstl_storage *s = b->s;
+        pthread_mutex_lock(&s->mu);
+        s->in_flight_bytes -= b->counted_buf;
+        pthread_cond_broadcast(&s->room_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
     for (bsec *x = b->head, *next; x; x = next) {
         next = x->next;
         free(x);
@@ -406,6 +414,13 @@ static void flush(loop_state *ls)
     int rc = wire_segment_encode(&o, in, b->n, &b->out, &e);
     free(in);
     if (rc == 0) {
+        /* The encoded copy counts against dstl.upload.max-in-flight as well as the records
+         * it came from (they stay in the writers until durable, for a retry): the bound is on
+         * memory, so peak RSS stays near max-in-flight whatever the load. */
+        pthread_mutex_lock(&s->mu);
+        s->in_flight_bytes += b->out.cap;
+        b->counted_buf = b->out.cap;
+        pthread_mutex_unlock(&s->mu);
         b->g->size = b->out.len;
         b->g->footer_offset = b->out.footer_offset;
         b->g->footer_len = b->out.footer_len;

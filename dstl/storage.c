@@ -53,6 +53,7 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     }
     if ((rc = new_run_id(s->run_id, sizeof s->run_id)) < 0) goto fail;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->pool_mu, NULL);
     pthread_cond_init(&s->room_cv, NULL);
     pthread_cond_init(&s->range_cv, NULL);
     s->q_tail = &s->q_head;
@@ -82,6 +83,7 @@ fail_store:
     segstore_close(s->store);
 fail_sync:
     if (s->wake_fd >= 0) close(s->wake_fd);
+    pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->room_cv);
     pthread_cond_destroy(&s->range_cv);
@@ -113,6 +115,8 @@ int dstl_storage_close(dstl_storage *s)
     close(s->wake_fd);
     cache_close(s);
     reg_free_all(s);
+    chunk_pool_free(s);
+    pthread_mutex_destroy(&s->pool_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->room_cv);
     pthread_cond_destroy(&s->range_cv);
