@@ -43,6 +43,12 @@
  * an upload still running past max-attempts x timeout + this is cancelled and its batch
  * fails (its records stay in the writers). One second covers a slow last response. */
 #define REMOTE_SLACK_MS 1000u
+/* With persist-delay 0, a batch flushes while fewer than this many segments are being
+ * written: 1 is the leader/follower group commit. Measured here (64 committers, ext4 on a
+ * 2-core VM): 1 gives ~29,700 commits/s, 2 ~27,500, 3 ~24,000 — overlapping fdatasyncs on
+ * different files only split the groups. */
+#define GROUP_COMMIT_DEPTH 1u
+
 /* dstl.metrics.file is rewritten this often: Prometheus scrapes every 10-60 s typically. */
 #define METRICS_INTERVAL_NS 1000000000ull
 #define RESERVE_HIGH 32u
@@ -593,7 +599,7 @@ static int flush_due(const loop_state *ls, int closing, uint64_t now)
     const batch *b = ls->open;
     if (!b) return 0;
     if (closing || b->bytes >= s->cv.persist_size_threshold_bytes) return 1;
-    if (s->cv.persist_delay_us == 0) return ls->inflight == 0;
+    if (s->cv.persist_delay_us == 0) return ls->inflight < GROUP_COMMIT_DEPTH;
     return now >= b->opened_ns + s->cv.persist_delay_us * 1000;
 }
 
@@ -605,10 +611,12 @@ static void *pipeline_main(void *arg)
      * or sweep creates no files), then kept ahead after every flush. */
     for (;;) {
         int timeout_ms = -1;
+        uint64_t wait_ns = UINT64_MAX;      /* the batch deadline, to the nanosecond */
         if (ls.open && s->cv.persist_delay_us > 0) {
             uint64_t due = ls.open->opened_ns + s->cv.persist_delay_us * 1000, now = now_ns();
-            /* round up: waking early would only spin */
-            timeout_ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
+            wait_ns = due <= now ? 0 : due - now;
+            /* libcurl's loop takes milliseconds: round up there, waking early would only spin */
+            timeout_ms = (int)((wait_ns + 999999) / 1000000);
         }
         if (*s->cv.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
         if (s->s3) {
@@ -618,8 +626,11 @@ static void *pipeline_main(void *arg)
             s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
             s3_client_run(s->s3, wf, 2, timeout_ms);
         } else {
+            /* ppoll: a 10 ms persist-delay must not become 11 ms by rounding */
             struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
-            if (poll(pf, 2, timeout_ms) < 0 && errno != EINTR) break;
+            if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000 < wait_ns) wait_ns = (uint64_t)timeout_ms * 1000000;
+            struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
+            if (ppoll(pf, 2, wait_ns == UINT64_MAX ? NULL : &ts, NULL) < 0 && errno != EINTR) break;
         }
         uint64_t v;
         ssize_t rn = read(s->wake_fd, &v, sizeof v);   /* non-blocking: EAGAIN when not kicked */
@@ -659,13 +670,14 @@ static void *pipeline_main(void *arg)
         }
         int has_deletes = s->delete_head != NULL;
         pthread_mutex_unlock(&s->mu);
+        /* Reserve names while the disk is idle, so the directory fsync does not queue beside a
+         * segment's fdatasync; under constant load, when almost none are left. */
         if (ls.open && ls.reserved_upto == 0) reserve_ahead(&ls);
+        else if (ls.reserved_upto && ((!ls.open && ls.inflight == 0) || ls.reserved_upto < s->next_seg_no + 2))
+            reserve_ahead(&ls);
 
         if (has_deletes) run_deletes(s);
-        if (flush_due(&ls, closing, now_ns())) {
-            flush(&ls);
-            reserve_ahead(&ls);
-        }
+        if (flush_due(&ls, closing, now_ns())) flush(&ls);
         if (closing && !ls.open && !ls.inflight_list && (!s->s3 || s3_client_pending(s->s3) == 0)) {
             pthread_mutex_lock(&s->mu);
             int idle = !s->q_head && !s->delete_head;
