@@ -4,13 +4,14 @@
  * S3_SECRET_KEY / S3_REGION (perf/run.sh exports them for the RGW it starts, or for the
  * user's own endpoint through DSTL_PERF_S3_*).
  *
- *   bench_remote load DIR BUCKET N SECONDS KEYS_FILE
+ *   bench_remote load DIR BUCKET N SECONDS RATE_MB_S KEYS_FILE
  *       N writers (on up to 8 threads) with dstl.durability remote: each appends 1 KiB
  *       records and persists every 100 ms (as a checkpoint interval), materializing every
- *       second. Prints remote.wN.mb_s, requests_s, persist_p50/p99_us, segment sizes. At the
- *       end every writer persists from seq 0 of its last materialization; those handles are
- *       read back with the local dir deleted (recovery.mb_s), and the keys of the objects
- *       they name are written to KEYS_FILE for the raw-GET peer (perf/remote.sh).
+ *       second; RATE_MB_S 0 appends flat out (remote.wN.mb_s), else offers that load in all
+ *       (remote.wN.requests_s, persist_p50/p99_us). At the end every writer persists from its
+ *       last materialization; those handles are read back with the local dir deleted, by 8
+ *       readers in parallel (recovery.wN.mb_s), and the keys of the objects they name go to
+ *       KEYS_FILE ("" for none) for the raw-GET peer (perf/remote.sh).
  *   bench_remote put DIR BUCKET SIZE COUNT
  *       COUNT sequential PUTs of SIZE bytes with the same client: remote.put_p50/p99_us.
  */
@@ -71,6 +72,7 @@ typedef struct {
     dstl_writer **w;
     int nw, first;
     double end;
+    double rate_bytes_s;         /* this thread's share of the offered load; 0 = flat out */
     uint64_t bytes;
     dstl_handle **last;          /* per writer: the final handle */
 } job;
@@ -94,6 +96,11 @@ static void *load_thread(void *arg)
                 if (dstl_append(j->w[i], (uint32_t)k, rec, sizeof rec) < 0) die("append");
             j->bytes += 16 * sizeof rec;
             double t = now_s();
+            if (j->rate_bytes_s > 0) {
+                double ahead = (double)j->bytes / j->rate_bytes_s - (t - t0);
+                if (ahead > 0.001) usleep((useconds_t)(ahead * 1e6));
+                t = now_s();
+            }
             if (t < next_cp[i]) continue;
             if (f[i]) {                            /* the previous checkpoint completes first */
                 dstl_handle *h;
@@ -138,7 +145,30 @@ static void *load_thread(void *arg)
     return NULL;
 }
 
-static int bench_load(const char *dir, const char *bucket, int n, double secs, const char *keys_file)
+typedef struct {
+    dstl_storage *s;
+    dstl_handle **h;
+    int n, first, step;
+    uint64_t bytes;
+} rec_job;
+
+static void *recover_thread(void *arg)
+{
+    rec_job *j = arg;
+    for (int i = j->first; i < j->n; i += j->step) {
+        dstl_reader *r;
+        dstl_record rec;
+        int rc;
+        if (dstl_reader_open(j->s, j->h[i], 0, 15, &r) < 0) die("reader");
+        while ((rc = dstl_reader_next(r, &rec)) == 1) j->bytes += rec.len;
+        if (rc < 0) die("recovery read");
+        dstl_reader_close(r);
+    }
+    return NULL;
+}
+
+static int bench_load(const char *dir, const char *bucket, int n, double secs, double rate_mb_s,
+                      const char *keys_file)
 {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "bench-w%d-%d", n, (int)getpid());
@@ -159,6 +189,7 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, c
         j->w = calloc((size_t)j->nw, sizeof *j->w);
         j->last = last + first;
         j->end = t0 + secs;
+        j->rate_bytes_s = rate_mb_s * 1e6 / nt;
         for (int i = 0; i < j->nw; i++) {
             char id[32];
             snprintf(id, sizeof id, "w%d", first + i);
@@ -177,42 +208,60 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, c
     double el = now_s() - t0;
     dstl_stats st;
     dstl_storage_stats(s, &st);
-    printf("remote.w%d.mb_s %.1f MB/s\n", n, (double)bytes / el / 1e6);
-    printf("remote.w%d.requests_s %.1f requests/s\n", n, (double)(st.remote_requests - st0.remote_requests) / el);
-    printf("remote.w%d.segments_s %.1f segments/s\n", n, (double)st.segments_written / el);
-    printf("remote.w%d.persists_s %.0f persists/s\n", n, (double)st.persists / el);
-    printf("remote.w%d.persist_p50_us %" PRIu64 " us\n", n, st.persist_p50_us);
-    printf("remote.w%d.persist_p99_us %" PRIu64 " us\n", n, st.persist_p99_us);
-    printf("remote.w%d.segment_mean_bytes %.0f B\n", n,
+    /* Flat out: throughput (and the latency that comes with a saturated server). At an
+     * offered load: request rate and latency, comparable across writer counts. */
+    const char *tag = rate_mb_s > 0 ? "" : "sat_";
+    if (rate_mb_s <= 0) printf("remote.w%d.mb_s %.1f MB/s\n", n, (double)bytes / el / 1e6);
+    else printf("remote.w%d.offered_mb_s %.1f MB/s\n", n, (double)bytes / el / 1e6);
+    printf("remote.w%d.%srequests_s %.1f requests/s\n", n, tag, (double)(st.remote_requests - st0.remote_requests) / el);
+    printf("remote.w%d.%ssegments_s %.1f segments/s\n", n, tag, (double)st.segments_written / el);
+    printf("remote.w%d.%spersists_s %.0f persists/s\n", n, tag, (double)st.persists / el);
+    printf("remote.w%d.%spersist_p50_us %" PRIu64 " us\n", n, tag, st.persist_p50_us);
+    printf("remote.w%d.%spersist_p99_us %" PRIu64 " us\n", n, tag, st.persist_p99_us);
+    printf("remote.w%d.%ssegment_mean_bytes %.0f B\n", n, tag,
            st.segments_written ? (double)st.segment_bytes / (double)st.segments_written : 0.0);
     for (int t = 0; t < nt; t++) {
         for (int i = 0; i < jobs[t].nw; i++) dstl_writer_close(jobs[t].w[i]);
         free(jobs[t].w);
     }
     if (dstl_storage_close(s) < 0) die("close");
+    if (rate_mb_s > 0) {                        /* recovery is measured on the flat-out runs */
+        for (int i = 0; i < n; i++) dstl_handle_free(last[i]);
+        free(last);
+        dstl_config_free(c);
+        free(jobs);
+        free(th);
+        return 0;
+    }
 
     /* Recovery from the object store alone: a fresh storage, the local dir gone. */
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) die("rm local dir");
     if (dstl_storage_open(c, &s) < 0) die("reopen");
-    FILE *kf = keys_file ? fopen(keys_file, "w") : NULL;
-    uint64_t rbytes = 0;
+    FILE *kf = keys_file && *keys_file ? fopen(keys_file, "w") : NULL;
+    /* as a restarted job recovers: its tasks in parallel (8 readers, as many as the
+     * client's connections) */
+    rec_job rj[8];
+    pthread_t rt[8];
+    int nr = n < 8 ? n : 8;
     double r0 = now_s();
-    for (int i = 0; i < n; i++) {
-        dstl_reader *r;
-        dstl_record rec;
-        int rc;
-        if (dstl_reader_open(s, last[i], 0, 15, &r) < 0) die("reader");
-        while ((rc = dstl_reader_next(r, &rec)) == 1) rbytes += rec.len;
-        if (rc < 0) die("recovery read");
-        dstl_reader_close(r);
+    for (int t = 0; t < nr; t++) {
+        rj[t] = (rec_job){s, last, n, t, nr, 0};
+        pthread_create(&rt[t], NULL, recover_thread, &rj[t]);
+    }
+    uint64_t rbytes = 0;
+    for (int t = 0; t < nr; t++) {
+        pthread_join(rt[t], NULL);
+        rbytes += rj[t].bytes;
     }
     double rel = now_s() - r0;
     dstl_stats rs;
     dstl_storage_stats(s, &rs);
-    printf("recovery.w%d.mb_s %.1f MB/s\n", n, (double)rbytes / rel / 1e6);
-    printf("recovery.w%d.fetched_mb_s %.1f MB/s\n", n, (double)rs.remote_bytes_read / rel / 1e6);
+    if (rate_mb_s <= 0) {
+        printf("recovery.w%d.mb_s %.1f MB/s\n", n, (double)rbytes / rel / 1e6);
+        printf("recovery.w%d.fetched_mb_s %.1f MB/s\n", n, (double)rs.remote_bytes_read / rel / 1e6);
+    }
     if (kf) {
         /* the objects the last handles name (each once), for the raw GET peer */
         remote_loc loc;
@@ -273,9 +322,9 @@ static int bench_put(const char *bucket, size_t size, int count)
 
 int main(int argc, char **argv)
 {
-    if (argc == 7 && !strcmp(argv[1], "load"))
-        return bench_load(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), argv[6]);
+    if (argc == 8 && !strcmp(argv[1], "load"))
+        return bench_load(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7]);
     if (argc == 6 && !strcmp(argv[1], "put")) return bench_put(argv[3], (size_t)atol(argv[4]), atoi(argv[5]));
-    fprintf(stderr, "usage: bench_remote load DIR BUCKET N SECONDS KEYS_FILE | put DIR BUCKET SIZE COUNT\n");
+    fprintf(stderr, "usage: bench_remote load DIR BUCKET N SECONDS RATE_MB_S KEYS_FILE | put DIR BUCKET SIZE COUNT\n");
     return 2;
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # perf/remote.sh BUILD_DIR — remote-durability lines (issue 5) against S3_ENDPOINT (perf/run.sh
 # exports the RGW it starts, or the user's endpoint from DSTL_PERF_S3_*):
-#   remote.wN.{mb_s,requests_s,persist_p99_us}  N = 16, 256, 1024 (bench_remote load)
+#   remote.wN.mb_s                              N = 16, 256, 1024, appending flat out
+#   remote.wN.{requests_s,persist_p99_us}       the same writers offering 20 MB/s in all
+#                                               (DSTL_PERF_REMOTE_RATE_MB_S)
 #   remote.requests_flatness                    w1024 requests/s / w16 requests/s
 #   remote.put_p99_us                           bare PUTs of the median segment size
 #   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
@@ -20,8 +22,10 @@ curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
 out="$W/lines"; : > "$out"
 emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
+RATE=${DSTL_PERF_REMOTE_RATE_MB_S:-20}   # offered load for the rate and latency lines
 for n in 16 256 1024; do
-  "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" "$W/keys$n" | emit
+  "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" 0 "$W/keys$n" | emit
+  "$B/perf/bench_remote" load "$W/r$n" "$BUCKET" "$n" "$SECS" "$RATE" "" | emit
 done
 seg=$(val remote.w256.segment_mean_bytes); seg=${seg%.*}; seg=${seg:-1048576}
 "$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 50 | emit
