@@ -86,22 +86,28 @@ static void *load_thread(void *arg)
     uint8_t rec[1024];
     memset(rec, 0x77, sizeof rec);
     dstl_future **f = calloc((size_t)j->nw, sizeof *f);
-    double *next_cp = calloc((size_t)j->nw, sizeof *next_cp), t0 = now_s();
+    double t0 = now_s();
     uint64_t *mat = calloc((size_t)j->nw, sizeof *mat), cp = 0;
     dstl_handle **prev = calloc((size_t)j->nw, sizeof *prev);
-    for (int i = 0; i < j->nw; i++) next_cp[i] = t0 + 0.1 * (i % 10) / 10.0;
+    /* Checkpoints are aligned, as barriers align them in a stream processor: at every 100 ms
+     * tick the thread persists all its writers, one after the other. */
+    double next_tick = t0 + 0.1;
     while (now_s() < j->end) {
         for (int i = 0; i < j->nw; i++) {
             for (int k = 0; k < 16; k++)
                 if (dstl_append(j->w[i], (uint32_t)k, rec, sizeof rec) < 0) die("append");
             j->bytes += 16 * sizeof rec;
-            double t = now_s();
-            if (j->rate_bytes_s > 0) {
-                double ahead = (double)j->bytes / j->rate_bytes_s - (t - t0);
-                if (ahead > 0.001) usleep((useconds_t)(ahead * 1e6));
-                t = now_s();
-            }
-            if (t < next_cp[i]) continue;
+        }
+        double t = now_s();
+        if (j->rate_bytes_s > 0) {
+            double ahead = (double)j->bytes / j->rate_bytes_s - (t - t0);
+            if (ahead > 0.001) usleep((useconds_t)(ahead * 1e6));
+            t = now_s();
+        }
+        if (t < next_tick) continue;
+        next_tick += 0.1;
+        cp++;
+        for (int i = 0; i < j->nw; i++) {
             if (f[i]) {                            /* the previous checkpoint completes first */
                 dstl_handle *h;
                 if (dstl_future_wait(f[i], -1) < 0 || dstl_future_result(f[i], &h) < 0) die("persist");
@@ -113,12 +119,11 @@ static void *load_thread(void *arg)
                 }
                 prev[i] = h;
             }
-            if (++cp % 10 == 0) {                  /* materialize about once a second */
+            if (cp % 10 == 0) {                    /* materialize once a second */
                 mat[i] = dstl_writer_next_seq(j->w[i]);
                 dstl_truncate(j->w[i], mat[i]);
             }
             if (dstl_persist(j->w[i], mat[i], cp, &f[i]) < 0) die("persist");
-            next_cp[i] += 0.1;
         }
     }
     for (int i = 0; i < j->nw; i++) {
@@ -139,7 +144,6 @@ static void *load_thread(void *arg)
         j->last[i] = h;
     }
     free(f);
-    free(next_cp);
     free(mat);
     free(prev);
     return NULL;
