@@ -280,16 +280,18 @@ static void batch_progress(dstl_storage *s, batch *b)
 {
     if (!b->ended) {
         int remote = s->s3 != NULL, durable_remote = s->cv.durability == CFG_DURABILITY_REMOTE;
-        int res = -1;
+        int res = 0, decided = 0;
         const char *why = NULL;
         if (!durable_remote && b->local_done) {
             res = b->local_res;
             why = b->local_err;
+            decided = 1;
         } else if (durable_remote && b->remote_done && (b->local_done || !remote)) {
             res = b->remote_res;
             why = b->remote_err;
+            decided = 1;
         }
-        if (res != -1) {
+        if (decided) {
             char detail[600];
             snprintf(detail, sizeof detail, "segment %s: %s", b->g->name,
                      why && *why ? why : dstl_strerror(res));
