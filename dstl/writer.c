@@ -281,8 +281,11 @@ static int send_ranges(dstl_writer *w, uint64_t from)
     if (bytes == 0) return 0;
     int rc = wait_room(s, w, bytes);
     if (rc < 0) return rc;
-    if (s->store_err) return err_fail(-EIO, "writer %s: the local store failed earlier (fail-stop): %s",
-                                      w->id, "no further segments are written");
+    /* A failed local store is fail-stop for local durability; with remote durability the
+     * object store still makes persists durable (the local copy is then simply absent). */
+    if (s->store_err && s->cv.durability == CFG_DURABILITY_LOCAL)
+        return err_fail(-EIO, "writer %s: the local store failed earlier (fail-stop): %s", w->id,
+                        "no further segments are written");
     int queued = 0;
     for (range *r = w->ranges; r; r = r->next)
         if (r->state == RANGE_FAILED && r->seq_end > from) {
