@@ -375,6 +375,11 @@ static void reap_batches(loop_state *ls)
              * leftovers); a crash before this unlink leaves an orphan for dstl gc. */
             segstore_unlink(s->store, b->name);
         }
+        if (b->end_res == 0 && b->local_done && b->local_res != 0) {
+            /* Durable in the object store, but the local write failed: whatever the file holds
+             * is not to be trusted, so readers must not find it (they go to the object store). */
+            segstore_unlink(s->store, b->name);
+        }
         if (b->end_res != 0 && b->remote_done && b->remote_res == 0) {
             /* The local copy failed (durability local) but the object landed: nothing refers
              * to it; delete it now rather than leave it to dstl gc. */
