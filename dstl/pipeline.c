@@ -231,6 +231,14 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         g = b->g = NULL;
         if (res == -EIO) s->store_err = res;
     }
+    s->in_flight_bytes -= b->bytes;
+    if (b->pending_io == 0) {
+        /* Both copies are done, so the encoded buffer is free too: release it with the records,
+         * before any future sees its completion (a caller that waited for its persist finds the
+         * room it left). An upload still running keeps it counted until batch_free. */
+        s->in_flight_bytes -= b->counted_buf;
+        b->counted_buf = 0;
+    }
     for (bsec *x = b->head; x; x = x->next) {
         range *r = x->r;
         dstl_writer *w = x->w;
@@ -269,7 +277,6 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         w->inflight_ranges--;
         if (r->truncated) drop_truncated(s, w, r);
     }
-    s->in_flight_bytes -= b->bytes;
     pthread_cond_broadcast(&s->room_cv);
     pthread_cond_broadcast(&s->range_cv);
 }
