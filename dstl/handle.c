@@ -126,10 +126,3 @@ int segment_name_parse(const char *name, char *run_id, size_t cap, uint64_t *no)
     *no = n;
     return 0;
 }
-
-int segment_path(const dstl_storage *s, const char *name, char *buf, size_t cap)
-{
-    int n = snprintf(buf, cap, "%s/%s", s->local_dir, name);
-    return n < 0 || (size_t)n >= cap ? err_fail(-ENAMETOOLONG, "segment path %s/%s is too long", s->local_dir, name)
-                                     : 0;
-}

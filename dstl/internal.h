@@ -274,8 +274,6 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r);
 
 /* handle.c */
 dstl_handle *handle_wrap(wire_handle *wh);
-/* Segment file path for a handle's seg ref name, relative to the local dir. */
-int segment_path(const dstl_storage *s, const char *name, char *buf, size_t cap);
 int segment_name_parse(const char *name, char *run_id, size_t cap, uint64_t *no);
 
 #endif
