@@ -146,7 +146,6 @@ typedef struct {
     buf_pool pool;
     batch *open;
     batch *inflight_list;       /* flushed, some copy still being written */
-    unsigned inflight;          /* local writes not yet called back */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
 } loop_state;
 
@@ -458,8 +457,7 @@ static void flush(loop_state *ls)
         /* DURABILITY: nothing is durable yet; on_written runs once the store has written,
          * fdatasync'ed and directory-synced the segment (segstore.h). */
         rc = segstore_write(s->store, b->g->name, b->out.buf, b->out.len, on_written, b);
-        if (rc == 0) ls->inflight++;
-        else {
+        if (rc < 0) {
             b->local_done = 1;
             b->local_res = rc;
             snprintf(b->local_err, sizeof b->local_err, "%s", dstl_last_error());
@@ -607,13 +605,23 @@ static void remote_tick(loop_state *ls)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Local segment writes accepted and not yet called back, read now: a completion that ran in
+ * this turn's segstore_poll must count at once, or group commit would wait for a write that
+ * is over, with nothing left to wake the loop (the open batch would never flush). */
+static unsigned local_writes_in_flight(const dstl_storage *s)
+{
+    struct segstore_stats st;
+    segstore_stats(s->store, &st);
+    return st.inflight;
+}
+
 static int flush_due(const loop_state *ls, int closing, uint64_t now)
 {
     const dstl_storage *s = ls->s;
     const batch *b = ls->open;
     if (!b) return 0;
     if (closing || b->bytes >= s->cv.persist_size_threshold_bytes) return 1;
-    if (s->cv.persist_delay_us == 0) return ls->inflight < GROUP_COMMIT_DEPTH;
+    if (s->cv.persist_delay_us == 0) return local_writes_in_flight(s) < GROUP_COMMIT_DEPTH;
     return now >= b->opened_ns + s->cv.persist_delay_us * 1000;
 }
 
@@ -687,7 +695,7 @@ static void *pipeline_main(void *arg)
         /* Reserve names while the disk is idle, so the directory fsync does not queue beside a
          * segment's fdatasync; under constant load, when almost none are left. */
         if (ls.open && ls.reserved_upto == 0) reserve_ahead(&ls);
-        else if (ls.reserved_upto && ((!ls.open && ls.inflight == 0) || ls.reserved_upto < s->next_seg_no + 2))
+        else if (ls.reserved_upto && ((!ls.open && local_writes_in_flight(s) == 0) || ls.reserved_upto < s->next_seg_no + 2))
             reserve_ahead(&ls);
 
         if (has_deletes) run_deletes(s);
@@ -698,10 +706,6 @@ static void *pipeline_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             if (idle) break;
         }
-        /* inflight counts segments written and not yet called back */
-        struct segstore_stats st;
-        segstore_stats(s->store, &st);
-        ls.inflight = st.inflight;
     }
     pool_free(&ls.pool);
     return NULL;
