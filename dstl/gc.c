@@ -25,6 +25,7 @@
  * listing, unlinks, S3 listings, DeleteObjects, AbortMultipartUpload.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -32,6 +33,13 @@
 #include "dstl/err.h"
 #include "dstl/internal.h"
 #include "dstl/segstore.h"
+
+/* What gc learned of another run: whether it is alive, and whether it keeps files. */
+typedef struct {
+    char id[32];
+    int alive;                  /* its lock is held (or, remotely, its lease is fresh) */
+    int kept;                   /* some file of it stays after this sweep */
+} run_info;
 
 typedef struct {
     dstl_storage *s;
@@ -42,9 +50,34 @@ typedef struct {
     int dry_run;
     dstl_gc_report rep;
     int err;
+    run_info *runs;             /* other runs met so far (a few: one per run that left files) */
+    size_t nruns, capruns;
 } gc_ctx;
 
-enum { GC_RESERVED, GC_KEEP_LIVE, GC_KEEP_YOUNG, GC_DELETE };
+enum { GC_RESERVED, GC_KEEP_LIVE, GC_KEEP_YOUNG, GC_KEEP_RUNNING, GC_DELETE };
+
+/* The record of run `id`, its liveness probed once per sweep (a dead run never comes back:
+ * run ids are fresh per storage open; a run seen alive stays kept for the whole sweep). */
+static run_info *run_of(gc_ctx *g, const char *id)
+{
+    for (size_t i = 0; i < g->nruns; i++)
+        if (strcmp(g->runs[i].id, id) == 0) return &g->runs[i];
+    if (g->nruns == g->capruns) {
+        size_t cap = g->capruns ? 2 * g->capruns : 16;
+        run_info *n = realloc(g->runs, cap * sizeof *n);
+        if (!n) return NULL;
+        g->runs = n;
+        g->capruns = cap;
+    }
+    run_info *r = &g->runs[g->nruns];
+    memset(r, 0, sizeof *r);
+    snprintf(r->id, sizeof r->id, "%s", id);
+    int alive = segstore_owner_alive(g->s->local_dir, id);
+    if (alive < 0) return NULL;         /* detail set: a lock we cannot judge */
+    r->alive = alive;
+    g->nruns++;
+    return r;
+}
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
@@ -67,23 +100,42 @@ static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
 {
     int use = in_use(g->s, name);
     if (use == 2) return GC_RESERVED;
+    run_info *run = NULL;
+    char id[32];
+    uint64_t no;
+    if (!use && segment_name_parse(name, id, sizeof id, &no) == 0 && strcmp(id, g->s->run_id) != 0) {
+        if (!(run = run_of(g, id))) {
+            g->err = err_fail(-EIO, "dstl_gc: cannot tell whether run %s (of %s) is alive: %s", id, name,
+                              dstl_last_error());
+            return -1;
+        }
+    }
     g->rep.scanned++;
+    if (run && run->alive) {
+        /* A running storage's files: reserved names, segments being written, segments held
+         * only by its writers' sections. Its lock says it is alive, whatever live and min_age. */
+        run->kept = 1;
+        g->rep.kept_running++;
+        return GC_KEEP_RUNNING;
+    }
+    int v = GC_DELETE;
     if (use || (by_live && bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str))) {
         g->rep.kept_live++;
-        return GC_KEEP_LIVE;
-    }
-    int young = time_ms <= 0 ? g->min_age_ms > 0 : g->now_ms - time_ms < (int64_t)g->min_age_ms;
-    if (young) {
+        v = GC_KEEP_LIVE;
+    } else if (time_ms <= 0 ? g->min_age_ms > 0 : g->now_ms - time_ms < (int64_t)g->min_age_ms) {
         g->rep.kept_young++;
-        return GC_KEEP_YOUNG;
+        v = GC_KEEP_YOUNG;
     }
-    return GC_DELETE;
+    if (run && v != GC_DELETE) run->kept = 1;
+    return v;
 }
 
 static int visit(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
 {
     gc_ctx *g = arg;
-    if (verdict(g, name, mtime_ms, 1) != GC_DELETE) return 0;
+    int v = verdict(g, name, mtime_ms, 1);
+    if (v < 0) return g->err;
+    if (v != GC_DELETE) return 0;
     if (!g->dry_run) {
         int rc = segstore_unlink(g->s->store, name);
         if (rc < 0 && rc != -ENOENT) {
@@ -122,7 +174,12 @@ static int sweep_objects(gc_ctx *g, s3_client *cli, const s3_list *l, const char
     for (size_t i = 0; i < l->n_objects; i++) {
         const s3_object_info *o = &l->objects[i];
         const char *name = segment_of(loc, o->key);
-        if (!name || verdict(g, name, o->last_modified_ms, 1) != GC_DELETE) continue;
+        int v = name ? verdict(g, name, o->last_modified_ms, 1) : GC_KEEP_LIVE;
+        if (v < 0) {
+            free(doomed);
+            return g->err;
+        }
+        if (v != GC_DELETE) continue;
         doomed[n++] = o->key;
         bytes += o->size;
     }
@@ -150,7 +207,9 @@ static int sweep_uploads(gc_ctx *g, s3_client *cli, const s3_list *l)
     for (size_t i = 0; i < l->n_uploads; i++) {
         const s3_upload_info *u = &l->uploads[i];
         const char *name = segment_of(loc, u->key);
-        if (!name || verdict(g, name, u->initiated_ms, 0) != GC_DELETE) continue;
+        int v = name ? verdict(g, name, u->initiated_ms, 0) : GC_KEEP_LIVE;
+        if (v < 0) return g->err;
+        if (v != GC_DELETE) continue;
         if (!g->dry_run) {
             s3_result r;
             memset(&r, 0, sizeof r);
@@ -199,6 +258,24 @@ out:
     return rc;
 }
 
+/* Removes the lock files of dead runs that keep no file any more (what crashed runs leave
+ * behind), under their lock: a live run's lock file is never removed. */
+static int forget_one(void *arg, const char *owner)
+{
+    gc_ctx *g = arg;
+    if (strcmp(owner, g->s->run_id) == 0) return 0;
+    for (size_t i = 0; i < g->nruns; i++)
+        if (strcmp(g->runs[i].id, owner) == 0 && (g->runs[i].alive || g->runs[i].kept)) return 0;
+    int rc = segstore_owner_forget(g->s->local_dir, owner);
+    return rc < 0 ? rc : 0;
+}
+
+static int forget_dead_runs(gc_ctx *g)
+{
+    int rc = segstore_list_owners(g->s->local_dir, forget_one, g);
+    return rc < 0 ? err_fail(rc, "dstl_gc %s: %s", g->s->local_dir, dstl_last_error()) : 0;
+}
+
 int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint64_t min_age_ms,
             int dry_run, dstl_gc_report *out)
 {
@@ -220,7 +297,9 @@ int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint
     int rc = segstore_list(s->local_dir, visit, &g);    /* the number listed, or < 0 */
     if (rc < 0 && !g.err) rc = err_fail(rc, "dstl_gc %s: %s", s->local_dir, dstl_last_error());
     if (rc >= 0) rc = s->s3 ? sweep_remote(&g) : 0;
+    if (rc >= 0 && !dry_run) rc = forget_dead_runs(&g);
     free(g.live);
+    free(g.runs);
     if (rc < 0) return rc;
     *out = g.rep;
     return 0;

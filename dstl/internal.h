@@ -215,6 +215,7 @@ struct dstl_storage {
     pthread_t thread;
     int thread_started;
     int store_err;              /* sticky local store failure (fail-stop) */
+    char store_err_msg[512];    /* its detail: "local store DIR failed since ..." (under mu) */
 
     /* stats (under mu) */
     uint64_t st_persists, st_persist_failures, st_segments, st_segment_bytes;

@@ -316,6 +316,7 @@ static void on_written(void *ctx, int res, const char *detail)
     if (res < 0) snprintf(b->local_err, sizeof b->local_err, "%s", detail && *detail ? detail : dstl_strerror(res));
     if (res == -EIO) {
         pthread_mutex_lock(&b->s->mu);
+        if (!b->s->store_err) snprintf(b->s->store_err_msg, sizeof b->s->store_err_msg, "%s", b->local_err);
         b->s->store_err = res;
         pthread_mutex_unlock(&b->s->mu);
     }

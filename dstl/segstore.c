@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@ enum seg_fail {
     FAIL_QUEUE,    /* the engine could not take the operation       */
     FAIL_SPACE,    /* ENOSPC/EDQUOT/EFBIG: this write only          */
     FAIL_STORE,    /* the store is failed: s->failed_detail         */
+    FAIL_LOCK,     /* the run's lock file could not be taken        */
 };
 
 struct seg_write {
@@ -87,7 +89,14 @@ struct segstore {
     /* immutable after open: any thread */
     char *dir;
     int dir_fd;
+    dev_t dir_dev;                  /* the directory opened: o->dir must still name it      */
+    ino_t dir_ino;
     atomic_bool unlink_dirty;       /* an unlink since the last directory fsync started     */
+
+    /* the run's ownership lock (pipeline thread): taken before the first file is created */
+    char *owner;                    /* NULL: no lock                                        */
+    int lock_fd;                    /* -1 until taken                                       */
+    char lock_err[768];             /* why the last owner_lock failed                       */
 
     /* pipeline thread only */
     ioeng *io;
@@ -280,18 +289,26 @@ int segstore_open(const struct segstore_opts *o, segstore **out)
         free(s);
         return err_fail(-ENOMEM, "local store %s: out of memory", o->dir);
     }
+    s->lock_fd = -1;
     s->dir_fd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (s->dir_fd < 0) {
-        rc = err_fail(-errno, "open local dir %s: %s", o->dir, strerror(errno));
+    struct stat dst;
+    rc = s->dir_fd < 0 || fstat(s->dir_fd, &dst) < 0 ? -errno : 0;
+    if (rc < 0) err_fail(rc, "open local dir %s: %s", o->dir, strerror(-rc));
+    else if (o->owner && !(s->owner = strdup(o->owner))) rc = err_fail(-ENOMEM, "local store %s: out of memory", o->dir);
+    if (rc < 0) {
+        if (s->dir_fd >= 0) close(s->dir_fd);
         free(s->dir);
         free(s);
         return rc;
     }
+    s->dir_dev = dst.st_dev;
+    s->dir_ino = dst.st_ino;
     struct ioeng_opts eo = {.engine = o->engine, .queue_depth = o->queue_depth,
                             .fault = o->fault};
     rc = ioeng_open(&eo, &s->io);
     if (rc < 0) {
         close(s->dir_fd);
+        free(s->owner);
         free(s->dir);
         free(s);
         return rc; /* detail names the engine */
@@ -321,6 +338,157 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
 
 /* ---- writes ---------------------------------------------------------------------------------- */
 
+/* ---- ownership ------------------------------------------------------------------------------ */
+
+/* Attempts at taking the run's lock file when a gc removes it in between (see owner_lock). */
+#define LOCK_TRIES 8
+
+static int lock_name(const char *owner, char *buf, size_t cap)
+{
+    if (!owner || !*owner || strchr(owner, '/') ||
+        snprintf(buf, cap, "%s%s", owner, SEGSTORE_LOCK_SUFFIX) >= (int)cap)
+        return err_fail(-EINVAL, "bad run id '%s' for a lock file", owner ? owner : "(null)");
+    return 0;
+}
+
+/* Takes the run's lock before the store creates its first file, so that a gc in any process
+ * sees a file of this run only while the lock says the run is alive. The file's content is
+ * for people (who holds it); it is never synced: after a crash nobody holds the lock anyway. */
+static int owner_lock(segstore *s)
+{
+    if (!s->owner || s->lock_fd >= 0) return 0;
+    char name[NAME_MAX + 1];
+    int rc = lock_name(s->owner, name, sizeof name);
+    if (rc < 0) return rc;
+    int fd = -1;
+    /* A gc removes the lock file of a dead run under that file's lock; if it took our file
+     * for a dead run's between our create and our flock, the inode we locked has no name any
+     * more: create it again (twice is already a race no real gc makes). */
+    for (int tries = 0; fd < 0 && tries < LOCK_TRIES; tries++) {
+        fd = openat(s->dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            rc = err_fail(-errno, "lock %s/%s: %s", s->dir, name, strerror(errno));
+            snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
+            return rc;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            rc = -errno;
+            close(fd);
+            err_fail(rc, "lock %s/%s: %s (another storage holds this run id?)", s->dir, name, strerror(-rc));
+            snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
+            return rc;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) < 0 || fstatat(s->dir_fd, name, &b, 0) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0) {
+        rc = err_fail(-EAGAIN, "lock %s/%s: removed each time it was taken", s->dir, name);
+        snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
+        return rc;
+    }
+    char info[128];
+    int n = snprintf(info, sizeof info, "dstl run %s, pid %ld\n", s->owner, (long)getpid());
+    if (n > 0 && ftruncate(fd, 0) == 0 && pwrite(fd, info, (size_t)n, 0) < 0) {
+        /* informational only */
+    }
+    s->lock_fd = fd;
+    return 0;
+}
+
+/* Opens dir/<owner>.lock read-only: fd, -ENOENT when there is none, or -errno. */
+static int open_lock(const char *dir, const char *owner, char *path, size_t cap)
+{
+    char name[NAME_MAX + 1];
+    int rc = lock_name(owner, name, sizeof name);
+    if (rc < 0) return rc;
+    if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap)
+        return err_fail(-ENAMETOOLONG, "lock %s/%s: path too long", dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) return err_fail(-errno, "lock %s: %s", path, strerror(errno));
+    return fd < 0 ? -ENOENT : fd;
+}
+
+int segstore_owner_alive(const char *dir, const char *owner)
+{
+    char path[PATH_MAX];
+    int fd = open_lock(dir, owner, path, sizeof path);
+    if (fd == -ENOENT) return 0;
+    if (fd < 0) return fd;
+    /* flock locks belong to open file descriptions: this probe conflicts with the owner's
+     * lock even inside the owner's own process. */
+    int rc = flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -errno;
+    close(fd);
+    return rc < 0 ? err_fail(rc, "lock %s: %s", path, strerror(-rc)) : rc;
+}
+
+int segstore_owner_forget(const char *dir, const char *owner)
+{
+    char path[PATH_MAX];
+    int fd = open_lock(dir, owner, path, sizeof path);
+    if (fd == -ENOENT) return 0;
+    if (fd < 0) return fd;
+    int rc;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) rc = errno == EWOULDBLOCK ? 0 : err_fail(-errno, "lock %s: %s", path, strerror(errno));
+    else rc = unlink(path) == 0 || errno == ENOENT ? 1 : err_fail(-errno, "remove %s: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+int segstore_list_owners(const char *dir, segstore_owner_fn cb, void *ctx)
+{
+    DIR *d = opendir(dir);
+    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
+    int count = 0, rc = 0;
+    size_t k = strlen(SEGSTORE_LOCK_SUFFIX);
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
+            break;
+        }
+        size_t n = strlen(de->d_name);
+        if (n <= k || strcmp(de->d_name + n - k, SEGSTORE_LOCK_SUFFIX) != 0) continue;
+        char owner[NAME_MAX + 1];
+        memcpy(owner, de->d_name, n - k);
+        owner[n - k] = '\0';
+        if ((rc = cb(ctx, owner)) != 0) break;
+        count++;
+    }
+    closedir(d);
+    return rc != 0 ? rc : count;
+}
+
+/* Whether a synced file is still reachable: it has a directory entry, and the store's path
+ * still names the directory it opened. 0, or -EIO with the reason in why. */
+static int check_reachable(segstore *s, int fd, const char *name, char *why, size_t cap)
+{
+    struct stat st, dst;
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, cap, "fstat %s/%s: %s", s->dir, name, strerror(errno));
+        return -EIO;
+    }
+    if (st.st_nlink == 0) {
+        snprintf(why, cap, "%s/%s has no directory entry after its fdatasync (removed, or the directory was)",
+                 s->dir, name);
+        return -EIO;
+    }
+    if (stat(s->dir, &dst) < 0) {
+        snprintf(why, cap, "the directory %s is gone while in use (%s): %s is not reachable", s->dir,
+                 strerror(errno), name);
+        return -EIO;
+    }
+    if (dst.st_dev != s->dir_dev || dst.st_ino != s->dir_ino) {
+        snprintf(why, cap, "the directory %s was replaced while in use (another directory is there now): "
+                 "%s is not reachable", s->dir, name);
+        return -EIO;
+    }
+    return 0;
+}
+
 static struct seg_reserved *find_reserved(segstore *s, const char *name)
 {
     for (unsigned i = 0; i < s->n_reserved; i++)
@@ -338,6 +506,7 @@ int segstore_reserve(segstore *s, const char *name)
     if (s->n_reserved == SEGSTORE_RESERVE_MAX)
         return err_fail(-EAGAIN, "reserve %s/%s: %u names reserved already", s->dir, name,
                         SEGSTORE_RESERVE_MAX);
+    if ((rc = owner_lock(s)) < 0) return rc;
     int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return err_fail(-errno, "reserve %s/%s: %s", s->dir, name, strerror(errno));
     /* DURABILITY: the empty file exists in the page cache only; dir_entry_added starts the
@@ -385,6 +554,7 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
         *r = s->reserved[--s->n_reserved];
         s->st.reserved_hits++;
     } else {
+        if (owner_lock(s) < 0) return finish_early(s, w, -EIO, FAIL_LOCK);
         w->fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
         if (w->fd < 0) return finish_early(s, w, -errno, FAIL_CREATE);
         /* DURABILITY: the new name is in the page cache only; the directory fsync started
@@ -409,8 +579,20 @@ static void on_write_done(segstore *s, struct seg_write *w, const struct ioeng_c
 {
     list_remove(&s->busy, w);
     w->written = c->written;
+    char why[768];
+    int reach = c->res == 0 && !s->failed ? check_reachable(s, w->fd, w->name, why, sizeof why) : 0;
     close(w->fd);
     w->fd = -1;
+    if (reach < 0) {
+        /* DURABILITY: the bytes are synced but no name leads to them (the file or its directory
+         * was removed under the store): nothing a reader can find, so nothing is acknowledged,
+         * now or later. */
+        fail_stop(s, "%s", why);
+        w->res = -EIO;
+        w->fail = FAIL_STORE;
+        list_push(&s->done, w);
+        return;
+    }
     if (c->res == 0 && !s->failed) {
         /* DURABILITY: the file's bytes and size are on disk (fdatasync returned 0). Its name is
          * durable once generation dir_gen is synced; until then a crash may lose the whole
@@ -470,6 +652,10 @@ static const char *describe(segstore *s, const struct seg_write *w)
         snprintf(s->detail, sizeof s->detail,
                  "write %s/%s (%zu bytes, %llu written): %s; partial file removed", s->dir,
                  w->name, w->len, (unsigned long long)w->written, strerror(-w->res));
+        break;
+    case FAIL_LOCK:
+        snprintf(s->detail, sizeof s->detail, "write %s/%s: the run's lock could not be taken: %.700s",
+                 s->dir, w->name, s->lock_err);
         break;
     case FAIL_STORE:
         /* failed_detail names the directory already */
@@ -568,7 +754,16 @@ void segstore_close(segstore *s)
      * fsync fails or a crash comes first, the files may come back as orphans for gc. Nothing
      * acknowledged depends on it. */
     if (removed) (void)fsync(s->dir_fd);
+    if (s->lock_fd >= 0) {
+        /* The run is over: its files (those live handles still reference) are judged by the
+         * live set from now on. Unlinked under the lock, so a gc never takes a live run's lock
+         * file for a dead one's. */
+        char name[NAME_MAX + 1];
+        if (lock_name(s->owner, name, sizeof name) == 0) unlinkat(s->dir_fd, name, 0);
+        close(s->lock_fd);
+    }
     close(s->dir_fd);
+    free(s->owner);
     free(s->dir);
     free(s);
 }

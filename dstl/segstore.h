@@ -34,6 +34,8 @@ typedef struct segstore segstore;
 
 /* Segment files end in this suffix; segstore_list lists only those. */
 #define SEGSTORE_SUFFIX ".seg"
+/* A run's ownership lock: <run id> + this suffix, in the store's directory. */
+#define SEGSTORE_LOCK_SUFFIX ".lock"
 
 /* Names reserved at once (created, directory-synced, not yet written). The pipeline keeps a few
  * segments ahead of the one being built; 64 covers every segment the default max-in-flight can
@@ -42,6 +44,11 @@ typedef struct segstore segstore;
 
 struct segstore_opts {
     const char *dir;             /* required; created (with parents) if missing                */
+    /* The run that owns the files this store creates (its run id). Before its first file
+     * (a reservation or a segment) the store creates dir/<owner>.lock and holds an exclusive
+     * flock on it until segstore_close, which removes it: while the lock is held, no gc in any
+     * process deletes a file of this run (segstore_owner_alive). NULL: no lock (unit tests). */
+    const char *owner;
     const char *engine;          /* "io_uring" (default), "libaio", "psync"                     */
     unsigned queue_depth;        /* 0: IOENG_QUEUE_DEPTH                                        */
     struct ioeng_fault *fault;   /* tests: wrap the engine in this fault script (NULL: none)    */
@@ -53,6 +60,12 @@ struct segstore_opts {
  * during the call. The buffer is the caller's again when this runs. The callback may call
  * segstore_write/segstore_reserve, not segstore_poll or segstore_close. */
 typedef void (*segstore_done_fn)(void *ctx, int res, const char *detail);
+
+/* Acknowledgement needs reachability too: after a segment's fdatasync the store checks that
+ * the file still has a directory entry (fstat link count) and that o->dir still names the
+ * directory it opened. A segment that was removed, or whose directory was removed or replaced
+ * under the store (rm -rf, mv), is never acknowledged: the store goes fail-stop with a detail
+ * naming the directory, like a failed fdatasync. */
 
 /* Opens the store on o->dir, creating it (and missing parents, each followed by an fsync of
  * its parent) if needed, and the I/O engine. Returns 0; -EINVAL (no dir, unknown engine);
@@ -139,6 +152,20 @@ int segstore_size(const char *dir, const char *name, uint64_t *size_bytes);
  * returned by segstore_list. */
 typedef int (*segstore_list_fn)(void *ctx, const char *name, uint64_t size_bytes,
                                 int64_t mtime_ms);
+
+/* Whether the run `owner` is alive: 1 when someone holds the lock dir/<owner>.lock (a storage
+ * of that run is open, in this process or another), 0 when there is no lock file or nobody
+ * holds it (the run closed or crashed), or -errno naming the file. Never waits. Thread-safe. */
+int segstore_owner_alive(const char *dir, const char *owner);
+
+/* Removes the lock file of a dead run (taking its lock first, so a live one is never
+ * removed). Returns 1 removed, 0 when the run is alive or has no lock file, -errno. */
+int segstore_owner_forget(const char *dir, const char *owner);
+
+/* Calls cb(ctx, owner) for each lock file "<owner>.lock" in dir (any owner, alive or not).
+ * A nonzero return stops the listing and is returned. Returns the count or -errno. */
+typedef int (*segstore_owner_fn)(void *ctx, const char *owner);
+int segstore_list_owners(const char *dir, segstore_owner_fn cb, void *ctx);
 
 /* Lists the segment files of dir. Returns the number listed, cb's nonzero value, or -errno
  * naming the dir. Files removed while listing are skipped. Thread-safe; blocking. */

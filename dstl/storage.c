@@ -63,7 +63,7 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
         rc = err_fail(-errno, "storage: eventfd: %s", strerror(errno));
         goto fail_sync;
     }
-    struct segstore_opts so = {.dir = s->local_dir, .engine = engine_names[s->cv.io_engine],
+    struct segstore_opts so = {.dir = s->local_dir, .owner = s->run_id, .engine = engine_names[s->cv.io_engine],
                                .fault = t ? t->fault : NULL};
     if ((rc = segstore_open(&so, &s->store)) < 0) {
         rc = err_fail(rc, "dstl.local.dir %s: %s", s->local_dir, dstl_last_error());

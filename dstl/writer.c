@@ -284,8 +284,8 @@ static int send_ranges(dstl_writer *w, uint64_t from)
     /* A failed local store is fail-stop for local durability; with remote durability the
      * object store still makes persists durable (the local copy is then simply absent). */
     if (s->store_err && s->cv.durability == CFG_DURABILITY_LOCAL)
-        return err_fail(-EIO, "writer %s: the local store failed earlier (fail-stop): %s", w->id,
-                        "no further segments are written");
+        return err_fail(-EIO, "writer %s: no further segments are written, the local store failed earlier "
+                        "(fail-stop): %s", w->id, s->store_err_msg);
     int queued = 0;
     for (range *r = w->ranges; r; r = r->next)
         if (r->state == RANGE_FAILED && r->seq_end > from) {

@@ -196,7 +196,11 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec);
 void dstl_reader_close(dstl_reader *r);
 
 /* ---- cleanup across crashes and runs ------------------------------------------------------ */
-typedef struct { uint64_t scanned, deleted, kept_live, kept_young, bytes_deleted; } dstl_gc_report;
+typedef struct {
+    uint64_t scanned, deleted, kept_live, kept_young, bytes_deleted;
+    uint64_t kept_running;   /* of another run that is still alive (its lock is held, or its
+                                remote lease is fresh): never deleted, whatever live and min_age */
+} dstl_gc_report;
 
 /* Deletes every segment under dstl.local.dir and, with dstl.remote.uri, under the remote
  * prefix that no handle in live references, that is older than min_age_ms, and that this
