@@ -235,6 +235,7 @@ struct dstl_storage {
     /* readers' remote counters (reader.c adds, cache_stats_add reports; atomics, no lock) */
     _Atomic uint64_t st_rd_requests, st_rd_retries, st_rd_hedges, st_rd_failures, st_rd_bytes;
     _Atomic uint64_t st_cache_hits, st_cache_misses;
+    _Atomic uint64_t st_rd_local_fallbacks;   /* segments read from S3 after their local copy failed */
     /* end reader cache */
 };
 
