@@ -543,6 +543,7 @@ void cache_stats_add(dstl_storage *s, dstl_stats *st)
     st->remote_bytes_read += atomic_load_explicit(&s->st_rd_bytes, memory_order_relaxed);
     st->cache_hits += atomic_load_explicit(&s->st_cache_hits, memory_order_relaxed);
     st->cache_misses += atomic_load_explicit(&s->st_cache_misses, memory_order_relaxed);
+    st->local_read_fallbacks += atomic_load_explicit(&s->st_rd_local_fallbacks, memory_order_relaxed);
 }
 
 /* ---- clients ---- */

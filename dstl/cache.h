@@ -60,7 +60,7 @@ void cache_close(dstl_storage *s);
  * when out of memory (readers then fetch without caching). */
 rcache *cache_get(dstl_storage *s);
 /* Adds the readers' counters (remote GETs, bytes, retries, hedges, failures; cache hits and
- * misses) into *st. For dstl_storage_stats; lock-free (atomics). */
+ * misses; local copies fallen back from) into *st. For dstl_storage_stats; lock-free (atomics). */
 void cache_stats_add(dstl_storage *s, dstl_stats *st);
 
 /* ---- entries ---- */

@@ -38,6 +38,7 @@ dstl_future *future_new(dstl_storage *s, const dstl_writer *w, uint64_t cp, uint
     pthread_cond_init(&f->cv, NULL);
     f->refs = 1;
     f->s = s;
+    f->writer_incarnation = w->incarnation;
     f->checkpoint_id = cp;
     f->from = from;
     f->to = to;
@@ -93,6 +94,7 @@ static int build_handle(dstl_future *f, wire_handle **out)
     h->storage_id = strdup(s->run_id);
     h->writer_id = strdup(f->writer_id);
     h->remote_uri = strdup(s->cv.remote_uri);
+    h->writer_incarnation = f->writer_incarnation;
     h->checkpoint_id = f->checkpoint_id;
     h->from_seq = f->from;
     h->to_seq = f->to;

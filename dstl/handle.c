@@ -3,8 +3,12 @@
  *
  * Handles are immutable after creation and safe to share between threads. Their bytes are
  * wire's handle format (wire/FORMAT.md); parse validates fully. A handle's identity —
- * (storage run, writer, checkpoint, from, to) — is what dstl_handle_discard matches, so a
- * handle parsed back from bytes discards the same references as the one persist returned.
+ * (storage run, writer, writer incarnation, checkpoint, from, to) — is what
+ * dstl_handle_discard matches, so a handle parsed back from bytes discards the same references
+ * as the one persist returned. The incarnation (which dstl_writer_open of the writer id in the
+ * run) keeps a reopened writer, whose seqs restart at 0, from producing a handle equal to one
+ * of its earlier opening: reg_live_add would take it for a repeat and drop its pins. Handles
+ * from before the field have incarnation 0, which no writer of a run gets (they count from 1).
  *
  * Segment names: "<run id>-<segment no, 12 decimal digits>.seg", unique per storage run;
  * the run id is 16 random hex digits chosen at dstl_storage_open.
@@ -31,8 +35,9 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 uint64_t handle_ident(const wire_handle *wh, char **key)
 {
     char buf[1024];
-    int n = snprintf(buf, sizeof buf, "%s\x1f%s\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64, wh->storage_id,
-                     wh->writer_id, wh->checkpoint_id, wh->from_seq, wh->to_seq);
+    int n = snprintf(buf, sizeof buf, "%s\x1f%s\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64,
+                     wh->storage_id, wh->writer_id, wh->writer_incarnation, wh->checkpoint_id, wh->from_seq,
+                     wh->to_seq);
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
     if (key) *key = strdup(buf);

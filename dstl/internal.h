@@ -75,6 +75,7 @@ struct dstl_writer {
     dstl_storage *s;
     char *id;
     uint32_t kg_first, kg_last;
+    uint64_t incarnation;                   /* this opening of id in the run (handle identity) */
     struct dstl_writer *next_open;          /* s->writers, under s->mu */
 
     /* owned by the writer thread */
@@ -155,6 +156,7 @@ struct dstl_future {
     /* under construction: guarded by s->mu */
     dstl_storage *s;
     char *writer_id;
+    uint64_t writer_incarnation;
     uint64_t checkpoint_id, from, to, size;
     int outstanding, failed;
     fpiece *pieces;
@@ -164,7 +166,7 @@ struct dstl_future {
 
 struct dstl_handle {
     wire_handle *wh;
-    uint64_t ident;             /* hash of (storage, writer, checkpoint, from, to) */
+    uint64_t ident;             /* hash of (storage, writer, incarnation, checkpoint, from, to) */
 };
 
 /* A live (not discarded) handle of this storage: what keeps its segments. */
@@ -196,6 +198,7 @@ struct dstl_storage {
 
     struct dstl_writer *writers;
     size_t nwriters;
+    uint64_t writer_incarnations;   /* dstl_writer_open calls so far (under mu) */
 
     /* freed writer chunks, by size class (under pool_mu: writers allocate without s->mu) */
     pthread_mutex_t pool_mu;
@@ -233,6 +236,7 @@ struct dstl_storage {
     /* readers' remote counters (reader.c adds, cache_stats_add reports; atomics, no lock) */
     _Atomic uint64_t st_rd_requests, st_rd_retries, st_rd_hedges, st_rd_failures, st_rd_bytes;
     _Atomic uint64_t st_cache_hits, st_cache_misses;
+    _Atomic uint64_t st_rd_local_fallbacks;   /* segments read from S3 after their local copy failed */
     /* end reader cache */
 };
 

@@ -5,7 +5,8 @@
  * into raw requests for an engine (ioeng_backend.h), and raw results back into one completion
  * per operation. Why here and only here: a short write is continued, EINTR/EAGAIN are requeued,
  * a cancelled io_uring link is re-issued and a stale fdatasync is ignored in this one place, so
- * io_uring, libaio, psync and the fault wrapper below them share one proven path.
+ * io_uring, libaio, psync and the fault wrapper below them share one proven path. A sync that
+ * a partial submit split from its write (ioeng_backend.h, `split`) is not trusted either.
  *
  * Threads: one thread at a time (the pipeline thread).
  *
@@ -13,10 +14,14 @@
  *  - An operation has at most one write and one sync request in its engine at once, and is only
  *    advanced (resubmitted or finished) when none is outstanding: a stale result can never be
  *    confused with a current one, and the caller's buffer is never released early.
- *  - A sync counts only if, when its success is seen, every byte of the operation's buffer was
- *    written before it started: for a linked pair the write's result precedes the sync's in the
- *    completion queue, and an unlinked sync is issued only after the write is complete. So
- *    `done == len` at the sync's completion means the sync covered the whole buffer.
+ *  - A sync counts only for writes it is guaranteed to follow: either it was issued unlinked
+ *    after the whole buffer was written (op_build issues an unlinked sync only when done == len),
+ *    or it was linked behind the write that finished the buffer AND the pair reached the kernel
+ *    in one submission (the engine did not mark the sync `split`: a partial submit that cuts a
+ *    chain makes the sync an independent request, which may run while the write still runs).
+ *    A linked sync completes only after its write did, whose result comes first, so `done ==
+ *    len && !split` at the sync's success means the sync covered the whole buffer; otherwise
+ *    the sync is ignored and a fresh, unlinked one follows once the write is complete.
  *  - A sync error is never retried and overrides a write error in the completion's stage (the
  *    caller must see that pages may have been dropped). EINTR/EAGAIN/ECANCELED are the only
  *    results that lead to a resubmission, at most IOENG_RETRY_MAX times per operation; a short
@@ -241,6 +246,7 @@ static unsigned op_build(const ioeng *e, struct ioeng_op *op, struct ioeng_req *
         op->w.fd = op->fd;
         op->w.kind = IOENG_OP_WRITE;
         op->w.attempt = op->w_attempts;
+        op->w.split = 0;
         /* Link the fdatasync only behind the request that finishes the buffer. */
         op->w.link = op->sync_after && chunk == rest && e->be->can_link;
         reqs[n++] = &op->w;
@@ -249,6 +255,7 @@ static unsigned op_build(const ioeng *e, struct ioeng_op *op, struct ioeng_req *
     op->s.fd = op->fd;
     op->s.kind = op->kind == IOENG_OP_WRITE ? IOENG_OP_FDATASYNC : op->kind;
     op->s.link = 0;
+    op->s.split = 0;
     op->s.attempt = op->s_attempts;
     reqs[n++] = &op->s;
     return n;
@@ -316,7 +323,9 @@ static void on_raw(ioeng *e, struct ioeng_req *r, int res)
             record_err(op, res, IOENG_OP_WRITE);
     } else {
         if (res == 0) {
-            if (op->done == op->len) op->synced = 1; /* else: ran behind a partial write */
+            /* Else it ran behind a partial write, or (split) maybe beside the write: op_step
+             * issues a new one once the write is complete. */
+            if (op->done == op->len && !r->split) op->synced = 1;
         } else if (res == -ECANCELED) {
             /* The linked write failed or came up short; op_step issues both again. A cancel
              * without a write in front of it (none expected) counts as a retry. */

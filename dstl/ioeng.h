@@ -120,6 +120,13 @@ unsigned ioeng_pending(const ioeng *e);
  * kernel: the front end must finish the rest. Thread-safe. */
 
 #define IOENG_FAULT_SHORT 1   /* result for a write fault: write only half the asked bytes   */
+/* Result for a write fault: a partial submit cuts the write from its linked fdatasync. The write
+ * reaches the wrapped engine alone (still flagged to link); the fdatasync is held back and
+ * reaches it, marked split as io_uring marks a cut chain, at the first submit after the write's
+ * result was reaped (the worst case: the write then looks complete when the sync succeeds). On
+ * a write without a linked fdatasync (engines that do not link, or a write that does not finish
+ * its buffer) there is nothing to cut: the rule is spent without firing. */
+#define IOENG_FAULT_SPLIT 2
 #define IOENG_FAULT_RULES_MAX 32 /* rules per script: tests arm a few at a time              */
 
 /* Returns 0 or -ENOMEM. */
@@ -128,7 +135,8 @@ int ioeng_fault_new(struct ioeng_fault **out);
 void ioeng_fault_free(struct ioeng_fault *f);
 
 /* Arms one fault: the nth request of kind since the script was created (1-based; to hit "the
- * next but one", use ioeng_fault_seen(f, kind) + 2) gets result: a negative errno (-EIO, -ENOSPC, ...) or IOENG_FAULT_SHORT (writes only).
+ * next but one", use ioeng_fault_seen(f, kind) + 2) gets result: a negative errno (-EIO,
+ * -ENOSPC, ...), or IOENG_FAULT_SHORT or IOENG_FAULT_SPLIT (writes only).
  * Returns 0, -EINVAL for a bad kind/nth/result, -ENOSPC when IOENG_FAULT_RULES_MAX are armed. */
 int ioeng_fault_add(struct ioeng_fault *f, int kind, unsigned nth, int result);
 

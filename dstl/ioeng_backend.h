@@ -28,6 +28,11 @@ struct ioeng_req {
                              * one completed in full, and is cancelled otherwise (io_uring
                              * IOSQE_IO_LINK); set only when the engine can_link          */
     uint8_t attempt;        /* 0 for the operation's first request of this kind                */
+    uint8_t split;          /* set by the engine: this request followed a `link` request in the
+                             * prep call, but reached the kernel in a later submission than it
+                             * (a partial submit cut the chain; the kernel ends a chain at the
+                             * end of each submission), so it ran unordered with respect to its
+                             * predecessor. The front end clears it when it builds a request  */
     struct ioeng_op *op;    /* the owner; engines do not look at it                            */
 };
 
@@ -45,9 +50,11 @@ struct ioeng_backend_ops {
      * room (the front end retries after a reap). Nothing reaches the kernel yet. */
     int (*prep)(struct ioeng_backend *b, struct ioeng_req *const *reqs, unsigned n);
     /* Hands prepared requests to the kernel (psync: performs them and queues their results,
-     * signalling the eventfd). 0; on EAGAIN/EBUSY/EINTR also 0, keeping the requests and making
-     * the eventfd readable so the caller comes back; otherwise -errno. Never blocks on I/O
-     * completion (psync aside). */
+     * signalling the eventfd). Returns how many prepared requests it still holds (the kernel
+     * may take a prefix); on EAGAIN/EBUSY/EINTR that count too, keeping the requests and making
+     * the eventfd readable so the caller comes back; otherwise -errno. An engine that can_link
+     * must mark `split` on the first held request when the last one the kernel took had `link`.
+     * Never blocks on I/O completion (psync aside). */
     int (*submit)(struct ioeng_backend *b);
     /* Up to max raw results, oldest first. With wait, blocks until at least one (the front end
      * asks only when a submitted request is outstanding). Count or -errno. */

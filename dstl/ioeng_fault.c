@@ -8,13 +8,18 @@
  * exactly like a kernel's: an error result is substituted when the request completes (the write
  * or sync did run: its outcome is "unknown", as after a real EIO), a short write is made by
  * halving the request before it reaches the kernel (the kernel reports fewer bytes, so the
- * front end must write the rest).
+ * front end must write the rest), and a split is made as a partial io_uring submit makes one:
+ * the write goes to the inner engine alone, and its linked fdatasync is held here and handed on
+ * (marked `split`, as ioeng_uring.c marks a cut chain) only at the first submit after the
+ * write's result came back.
  *
  * Threads: the script (struct ioeng_fault) is shared and guarded by a mutex, so a test thread can
  * arm faults while the pipeline thread runs the engine; the wrapper itself is one thread at a
  * time, like every engine. Invariant: each rule fires at most once; a fired error rule holds one
- * entry of the wrapper's substitution table until its request completes, so the table, like the
- * rule list, never holds more than IOENG_FAULT_RULES_MAX entries.
+ * entry of the wrapper's substitution table until its request completes, and a fired split rule
+ * one entry of the held table until its fdatasync reached the inner engine, so neither table,
+ * like the rule list, ever holds more than IOENG_FAULT_RULES_MAX entries. Held requests count
+ * as the wrapper's (submit reports them as not yet taken by the kernel).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -45,12 +50,21 @@ struct substitution {
     int res;
 };
 
+/* An fdatasync cut from its write by a split rule. */
+struct held_req {
+    struct ioeng_req *req;      /* the fdatasync, not yet in the inner engine      */
+    struct ioeng_req *after;    /* the write it was linked behind                  */
+    int ready;                  /* the write's result was reaped: hand on at submit */
+};
+
 struct fault_backend {
     struct ioeng_backend base;
     struct ioeng_fault *f;
     struct ioeng_backend *inner;
     unsigned n_subst;
     struct substitution subst[IOENG_FAULT_RULES_MAX];
+    unsigned n_held;
+    struct held_req held[IOENG_FAULT_RULES_MAX];
 };
 
 int ioeng_fault_new(struct ioeng_fault **out)
@@ -72,9 +86,11 @@ void ioeng_fault_free(struct ioeng_fault *f)
 int ioeng_fault_add(struct ioeng_fault *f, int kind, unsigned nth, int result)
 {
     if (kind < IOENG_OP_WRITE || kind > IOENG_OP_FSYNC || nth == 0 || result == 0 ||
-        (result > 0 && (result != IOENG_FAULT_SHORT || kind != IOENG_OP_WRITE)))
+        (result > 0 && ((result != IOENG_FAULT_SHORT && result != IOENG_FAULT_SPLIT) ||
+                        kind != IOENG_OP_WRITE)))
         return err_fail(-EINVAL, "fault rule kind %d nth %u result %d: expected a kind, nth >= 1 "
-                        "and a -errno (or IOENG_FAULT_SHORT for writes)", kind, nth, result);
+                        "and a -errno (or IOENG_FAULT_SHORT / IOENG_FAULT_SPLIT for writes)",
+                        kind, nth, result);
     pthread_mutex_lock(&f->mu);
     int rc = 0;
     if (f->n_rules == IOENG_FAULT_RULES_MAX)
@@ -136,10 +152,14 @@ static int fault_prep(struct ioeng_backend *b, struct ioeng_req *const *reqs, un
         hit[i] = match(f, r->kind, f->seen[r->kind] + extra[r->kind]);
         if (hit[i] && hit[i]->result == IOENG_FAULT_SHORT && r->len >= 2) r->len /= 2;
     }
-    int rc = fb->inner->ops->prep(fb->inner, reqs, n);
+    /* A split needs a chain to cut: this write linked to the request after it. */
+    int split = hit[0] && hit[0]->result == IOENG_FAULT_SPLIT && n == 2 && reqs[0]->link;
+    if (hit[0] && hit[0]->result == IOENG_FAULT_SPLIT && !split) hit[0] = NULL; /* spent */
+    unsigned to_inner = split ? 1 : n;
+    int rc = fb->inner->ops->prep(fb->inner, reqs, to_inner);
     if (rc == 0) {
         for (int k = IOENG_OP_WRITE; k <= IOENG_OP_FSYNC; k++) f->seen[k] += extra[k];
-        for (unsigned i = 0; i < n; i++)
+        for (unsigned i = 0; i < to_inner; i++)
             if (reqs[i]->kind <= IOENG_OP_FSYNC) f->all[reqs[i]->kind]++;
         for (unsigned i = 0; i < n && i < 2; i++) {
             if (!hit[i]) continue;
@@ -148,28 +168,53 @@ static int fault_prep(struct ioeng_backend *b, struct ioeng_req *const *reqs, un
             if (hit[i]->result < 0)
                 fb->subst[fb->n_subst++] = (struct substitution){reqs[i], hit[i]->result};
         }
+        if (split) fb->held[fb->n_held++] = (struct held_req){reqs[1], reqs[0], 0};
     }
     pthread_mutex_unlock(&f->mu);
     return rc;
 }
 
+/* Hands the held fdatasyncs whose write has completed to the inner engine, marked split. */
+static void release_held(struct fault_backend *fb)
+{
+    for (unsigned i = 0; i < fb->n_held;) {
+        struct held_req *h = &fb->held[i];
+        if (!h->ready) {
+            i++;
+            continue;
+        }
+        h->req->split = 1;
+        /* The front end counts held requests as in the engine, so the inner one has room; a
+         * refusal all the same leaves it held for the next submit. */
+        if (fb->inner->ops->prep(fb->inner, &h->req, 1) < 0) break;
+        pthread_mutex_lock(&fb->f->mu);
+        fb->f->all[h->req->kind]++;
+        pthread_mutex_unlock(&fb->f->mu);
+        *h = fb->held[--fb->n_held];
+    }
+}
+
 static int fault_submit(struct ioeng_backend *b)
 {
     struct fault_backend *fb = (struct fault_backend *)b;
-    return fb->inner->ops->submit(fb->inner);
+    release_held(fb);
+    int rc = fb->inner->ops->submit(fb->inner);
+    return rc < 0 ? rc : rc + (int)fb->n_held;
 }
 
 static int fault_reap(struct ioeng_backend *b, struct ioeng_raw_cqe *out, unsigned max, int wait)
 {
     struct fault_backend *fb = (struct fault_backend *)b;
     int n = fb->inner->ops->reap(fb->inner, out, max, wait);
-    for (int i = 0; i < n && fb->n_subst; i++) {
+    for (int i = 0; i < n && (fb->n_subst || fb->n_held); i++) {
         for (unsigned j = 0; j < fb->n_subst; j++) {
             if (fb->subst[j].req != out[i].req) continue;
             out[i].res = fb->subst[j].res;
             fb->subst[j] = fb->subst[--fb->n_subst];
             break;
         }
+        for (unsigned j = 0; j < fb->n_held; j++)
+            if (fb->held[j].after == out[i].req) fb->held[j].ready = 1;
     }
     return n;
 }

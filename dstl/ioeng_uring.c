@@ -9,9 +9,18 @@
  * Why so little: everything a result means (short write → a broken link → -ECANCELED on the
  * fdatasync; EINTR/EAGAIN) is decided in ioeng.c, once for every engine.
  *
+ * Cut chains: io_uring_submit may take only a prefix of the prepared SQEs (it returns fewer than
+ * were ready when the kernel runs short of request memory, for instance). The kernel ends a link
+ * chain at the end of each submission, so when the last SQE it took carried IOSQE_IO_LINK, that
+ * write was submitted without its fdatasync, and the fdatasync goes in a later submission as an
+ * independent request that may run while the write is still in progress. The engine keeps the
+ * prepared requests in SQ order (`held`), and after each submit marks such a follower `split`;
+ * the front end then does not count that fdatasync for the write (ioeng.c, on_raw).
+ *
  * Threads: one thread at a time. Invariant: the front end keeps at most `depth` requests here,
  * the SQ has `depth` entries and the CQ twice that, so SQEs are always available and the CQ
- * cannot overflow.
+ * cannot overflow; `held` mirrors the SQEs prepared and not yet taken by the kernel, in order,
+ * and so never holds more than `depth`.
  */
 #include <errno.h>
 #include <liburing.h>
@@ -25,6 +34,9 @@ struct uring {
     struct ioeng_backend base;
     struct io_uring ring;
     int event_fd;
+    unsigned depth;
+    struct ioeng_req **held;    /* ring of `depth`: prepared, not yet taken by the kernel */
+    unsigned held_head, n_held;
 };
 
 static int uring_prep(struct ioeng_backend *b, struct ioeng_req *const *reqs, unsigned n)
@@ -47,8 +59,21 @@ static int uring_prep(struct ioeng_backend *b, struct ioeng_req *const *reqs, un
         }
         if (r->link) sqe->flags |= IOSQE_IO_LINK;
         io_uring_sqe_set_data(sqe, r);
+        u->held[(u->held_head + u->n_held++) % u->depth] = r;
     }
     return 0;
+}
+
+/* The kernel took the oldest `taken` held requests: drop them, and when the last of them was
+ * linked to a request that it did not take, mark that one split (see the head comment). */
+static void took(struct uring *u, unsigned taken)
+{
+    if (taken == 0) return;
+    if (taken > u->n_held) taken = u->n_held; /* not expected: the kernel takes only what we gave */
+    struct ioeng_req *last = u->held[(u->held_head + taken - 1) % u->depth];
+    u->held_head = (u->held_head + taken) % u->depth;
+    u->n_held -= taken;
+    if (last->link && u->n_held > 0) u->held[u->held_head]->split = 1;
 }
 
 static int uring_submit(struct ioeng_backend *b)
@@ -61,6 +86,8 @@ static int uring_submit(struct ioeng_backend *b)
         ioeng_signal_fd(u->event_fd);
     } else if (rc < 0) {
         return rc;
+    } else {
+        took(u, (unsigned)rc);
     }
     return (int)io_uring_sq_ready(&u->ring);
 }
@@ -90,6 +117,7 @@ static void uring_close(struct ioeng_backend *b)
 {
     struct uring *u = (struct uring *)b;
     io_uring_queue_exit(&u->ring);
+    free(u->held);
     free(u);
 }
 
@@ -104,13 +132,19 @@ static const struct ioeng_backend_ops uring_ops = {
 int ioeng_uring_open(unsigned depth, int event_fd, struct ioeng_backend **out)
 {
     struct uring *u = calloc(1, sizeof *u);
+    if (u && !(u->held = calloc(depth, sizeof *u->held))) {
+        free(u);
+        u = NULL;
+    }
     if (!u) return err_fail(-ENOMEM, "io_uring: out of memory");
+    u->depth = depth;
     struct io_uring_params p;
     memset(&p, 0, sizeof p);
     p.flags = IORING_SETUP_CQSIZE;
     p.cq_entries = depth * 2;
     int rc = io_uring_queue_init_params(depth, &u->ring, &p);
     if (rc < 0) {
+        free(u->held);
         free(u);
         return err_fail(rc, "io_uring_queue_init(%u entries): %s (io_uring disabled or "
                         "RLIMIT_MEMLOCK too low? dstl.io.engine: libaio or psync avoid it)",
@@ -119,6 +153,7 @@ int ioeng_uring_open(unsigned depth, int event_fd, struct ioeng_backend **out)
     rc = io_uring_register_eventfd(&u->ring, event_fd);
     if (rc < 0) {
         io_uring_queue_exit(&u->ring);
+        free(u->held);
         free(u);
         return err_fail(rc, "io_uring_register_eventfd: %s", strerror(-rc));
     }

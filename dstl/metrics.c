@@ -125,6 +125,8 @@ int metrics_format(dstl_storage *s, char **text)
     counter(&b, "dstl_remote_bytes_read_total", "Response body bytes read from the object store.", st.remote_bytes_read);
     counter(&b, "dstl_cache_hits_total", "Reader cache hits.", st.cache_hits);
     counter(&b, "dstl_cache_misses_total", "Reader cache misses.", st.cache_misses);
+    counter(&b, "dstl_local_read_fallbacks_total", "Segments read from the object store because their local copy "
+            "was unusable.", st.local_read_fallbacks);
     gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
     gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
     histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,

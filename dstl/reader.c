@@ -21,8 +21,22 @@
  * passed their CRC check; cached bytes are checked again when read, and a mismatch there
  * drops the entry and fetches from S3 once more before anything is reported.
  *
+ * Falling back: with a remote_uri, a local copy is only the faster of two copies. When it is
+ * there but unusable — a length other than the handle's, unreadable, or any check failing
+ * (trailer, footer, the handle's section, a run's CRC, a record that does not parse, at open or
+ * in the middle of the piece's iteration) — the reader switches that segment to the object for
+ * the rest of the read, restarts the current piece there from the first seq it has not returned
+ * yet (the seqs of a piece come in increasing order, so nothing is repeated or skipped), and
+ * counts one local_read_fallbacks. So DSTL_ECORRUPT is reported only when no copy holds good
+ * bytes; an error when the object fails too names both (the local file and offset, and
+ * s3://bucket/key). A handle without remote_uri has one copy: its failures are reported as
+ * they are.
+ *
  * Errors are per job, reported when the reader reaches that piece (earlier records are still
- * returned), then sticky. A remote failure names s3://bucket/key; a missing object is -ENOENT.
+ * returned), then sticky. A remote failure names s3://bucket/key; a missing object is -ENOENT
+ * (unless a bad local copy exists: then the local copy's error). A successful call leaves the
+ * thread's dstl_last_error() as it found it: probes of the local copy that fail (a segment
+ * that is only remote, a copy the reader falls back from) put back the detail they replaced.
  *
  * Threads: a reader is used by one thread at a time; its S3 client is driven only from
  * dstl_reader_next/close (GET callbacks run there too). The cache and the client pool are
@@ -81,6 +95,7 @@ struct job {
     const char *key;                /* remote: the key inside where */
     cache_entry *ce;                /* remote: the object's cache entry (referenced) */
     int no_cache;                   /* cached bytes failed their check: use S3 only */
+    uint64_t next_seq;              /* the piece's first seq not yet returned (a restart's start) */
     int gets;                       /* GETs in flight */
     s3_op *ops[2];
     get_ctx gctx[2];
@@ -100,6 +115,13 @@ struct job {
     char errmsg[512];
 };
 
+/* Per segment of the handle: where its bytes come from, and why not from the local copy. */
+typedef struct {
+    uint8_t src;                    /* SRC_* */
+    int local_code;                 /* the local copy's failure, when the reader fell back */
+    char *local_err;                /* its detail (malloc'd; NULL when none or out of memory) */
+} seg_src;
+
 struct dstl_reader {
     dstl_storage *s;
     wire_handle *wh;
@@ -107,7 +129,7 @@ struct dstl_reader {
     size_t piece;                   /* the piece being read: jobs[piece % READ_WINDOW_PIECES] */
     size_t next_start;              /* the next piece to start a job for */
     job jobs[READ_WINDOW_PIECES];
-    uint8_t *src;                   /* per segment of the handle: SRC_* */
+    seg_src *src;                   /* per segment of the handle */
     remote_loc loc;                 /* of wh->remote_uri, once loc_state is 1 */
     int loc_state;                  /* 0 not parsed, 1 ok, < 0 the parse error */
     char loc_err[512];
@@ -116,7 +138,7 @@ struct dstl_reader {
     rcache *cache;
     unsigned since_drive;
     int err;                        /* sticky */
-    char errmsg[512];
+    char errmsg[1024];              /* room for both copies' details */
 };
 
 static int fail(dstl_reader *r, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -167,19 +189,58 @@ static void account(dstl_reader *r)
     r->counted = now;
 }
 
+/* ---- the thread's failure detail across probes ---- */
+
+/* A probe of the local copy that fails is not the call's failure (the reader goes to the object,
+ * or reports its own error later): the detail it set is put back, so a call that succeeds leaves
+ * dstl_last_error() as it found it. */
+typedef struct {
+    char msg[1024];
+} saved_detail;
+
+static void detail_save(saved_detail *d) { snprintf(d->msg, sizeof d->msg, "%s", dstl_last_error()); }
+static void detail_restore(const saved_detail *d) { (void)err_fail(0, "%s", d->msg); }
+
 /* ---- where a segment is ---- */
+
+/* Segment i is read from the object from now on: its local copy failed with code (detail msg),
+ * or was not the handle's. Counted once per segment and reader. */
+static void use_remote(dstl_reader *r, uint32_t i, int code, const char *msg)
+{
+    seg_src *ss = &r->src[i];
+    ss->src = SRC_REMOTE;
+    if (ss->local_err) return;
+    ss->local_code = code;
+    ss->local_err = strdup(msg);
+    atomic_fetch_add_explicit(&r->s->st_rd_local_fallbacks, 1, memory_order_relaxed);
+}
 
 static int seg_source(dstl_reader *r, uint32_t i)
 {
-    if (r->src[i] != SRC_UNKNOWN) return r->src[i];
+    if (r->src[i].src != SRC_UNKNOWN) return r->src[i].src;
     const wire_seg_ref *g = &r->wh->segs[i];
     uint64_t size = 0;
+    saved_detail before;
+    detail_save(&before);
     int rc = segstore_size(r->s->local_dir, g->name, &size);
+    char why[600];
+    snprintf(why, sizeof why, "%s", rc < 0 ? dstl_last_error() : "");
+    detail_restore(&before);
     /* A 0-byte file is a name reserved and never written; a copy of another length is not
      * the one the handle names (a torn local write): S3 has the object when there is one. */
-    int local_ok = rc == 0 && size == g->object_len;
-    r->src[i] = local_ok || !*r->wh->remote_uri ? SRC_LOCAL : SRC_REMOTE;
-    return r->src[i];
+    if ((rc == 0 && size == g->object_len) || !*r->wh->remote_uri) {
+        r->src[i].src = SRC_LOCAL;
+    } else if (rc == -ENOENT || (rc == 0 && size == 0)) {
+        r->src[i].src = SRC_REMOTE;             /* no local copy: not a fallback */
+    } else if (rc == 0) {
+        char m[600];
+        snprintf(m, sizeof m, "local copy %s/%s is %llu bytes, the handle names %llu", r->s->local_dir, g->name,
+                 (unsigned long long)size, (unsigned long long)g->object_len);
+        use_remote(r, i, DSTL_ECORRUPT, m);
+    } else {
+        use_remote(r, i, rc, why);              /* there, but unreadable */
+    }
+    return r->src[i].src;
 }
 
 /* ---- fetching parts ---- */
@@ -223,9 +284,13 @@ static void part_fetch(job *j, int i)
     uint8_t *dst = j->buf + (j->part_off[i] - j->buf_off);
     size_t len = (size_t)j->part_len[i];
     if (!j->remote) {
+        saved_detail before;
+        detail_save(&before);
         ssize_t n = segstore_read_at(r->s->local_dir, job_seg(j)->name, j->part_off[i], dst, len);
-        if (n < 0) job_fail(j, (int)n, "%s", dstl_last_error());
-        else if ((size_t)n < len)
+        if (n < 0) {
+            job_fail(j, (int)n, "%s", dstl_last_error());
+            detail_restore(&before);    /* reported (or fallen back from) through the job */
+        } else if ((size_t)n < len)
             job_fail(j, DSTL_ECORRUPT, "segment %s: %zu bytes at offset %llu, file ends after %zd", j->where, len,
                      (unsigned long long)j->part_off[i], n);
         return;
@@ -370,7 +435,7 @@ static void section_done(job *j)
      * from the first run, and the meta run): wire checks uncompressed sections run by run,
      * so the gap is never read. */
     wire_err e = {{0}};
-    int rc = wire_iter_open(sec, j->buf, j->buf_off - sec->offset, j->buf_len, p->seq_first, p->seq_end,
+    int rc = wire_iter_open(sec, j->buf, j->buf_off - sec->offset, j->buf_len, j->next_seq, p->seq_end,
                             r->kg_first, r->kg_last, &j->it, &e);
     if (rc < 0) {
         if (!refetch_uncached(j))
@@ -425,9 +490,13 @@ static int remote_ready(dstl_reader *r, job *j)
     return 0;
 }
 
-static void job_start(dstl_reader *r, job *j, size_t piece, int src)
+/* Starts piece's job from src; records below from_seq (when above the piece's first) are not
+ * returned again (a restart after a fallback). */
+static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t from_seq)
 {
-    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER};
+    uint64_t first = r->wh->pieces[piece].seq_first;
+    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER,
+               .next_seq = from_seq > first ? from_seq : first};
     j->gctx[0] = (get_ctx){j, 0};
     j->gctx[1] = (get_ctx){j, 1};
     const wire_seg_ref *g = job_seg(j);
@@ -490,9 +559,39 @@ static void fill(dstl_reader *r)
         }
         int src = seg_source(r, r->wh->pieces[p].seg);
         if (src != SRC_REMOTE && p != r->piece) break;
-        job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src);
+        job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src, 0);
         r->next_start++;
     }
+}
+
+/* Whether the local copy's failure err of job j may be repaired from the object: the handle
+ * names one, and the failure is the copy's, not the reader's memory. */
+static int can_fall_back(const dstl_reader *r, const job *j, int err)
+{
+    return !j->remote && *r->wh->remote_uri && err != -ENOMEM;
+}
+
+/* The current piece's local copy failed with err (detail msg): its segment is read from the
+ * object from now on, and the piece restarts there from its first seq not yet returned. */
+static void fall_back(dstl_reader *r, job *j, int err, const char *msg)
+{
+    size_t piece = j->piece;
+    uint64_t from = j->next_seq;
+    use_remote(r, r->wh->pieces[piece].seg, err, msg);
+    job_clear(r, j);                    /* a local job: no GET in flight */
+    job_start(r, j, piece, SRC_REMOTE, from);
+}
+
+/* Reports job j's failure code (detail msg), naming the local copy's failure too when the job
+ * reads the object because of it. A missing object beside a bad local copy is the local
+ * copy's error: the bytes exist, but no copy holds them intact. */
+static int job_report(dstl_reader *r, const job *j, int code, const char *msg)
+{
+    const seg_src *ss = &r->src[r->wh->pieces[j->piece].seg];
+    if (!j->remote || !ss->local_err) return fail(r, code, "%s", msg);
+    if (code == -ENOENT) code = ss->local_code;
+    return fail(r, code, "segment %s has no intact copy: %.480s; and the local copy: %.480s", job_seg(j)->name,
+                msg, ss->local_err);
 }
 
 /* Drives the client until job j is ready or failed. */
@@ -518,7 +617,7 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
     dstl_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->wh = wire_handle_dup(h->wh)) || !(r->src = calloc(r->wh->nsegs + 1, 1))) {
+    if (!r || !(r->wh = wire_handle_dup(h->wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
         if (r) wire_handle_free(r->wh);
         free(r);
         return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
@@ -541,7 +640,11 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         job *j = &r->jobs[r->piece % READ_WINDOW_PIECES];
         int rc = wait_job(r, j);
         if (rc < 0) return rc;
-        if (j->state == J_FAILED) return fail(r, j->err, "%s", j->errmsg);
+        if (j->state == J_FAILED) {
+            if (!can_fall_back(r, j, j->err)) return job_report(r, j, j->err, j->errmsg);
+            fall_back(r, j, j->err, j->errmsg);
+            continue;
+        }
         if (r->cli && ++r->since_drive >= DRIVE_EVERY_RECORDS) {
             r->since_drive = 0;
             if (s3_client_pending(r->cli)) {
@@ -554,11 +657,17 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         wire_err e = {{0}};
         rc = wire_iter_next(j->it, &wr, &e);
         if (rc == 1) {
+            j->next_seq = wr.seq + 1;
             *rec = (dstl_record){wr.seq, wr.key_group, wr.is_meta, wr.data, wr.len};
             return 1;
         }
-        if (rc < 0)
-            return fail(r, rc, "segment %s section %u: %s", j->where, r->wh->pieces[r->piece].section, e.msg);
+        if (rc < 0) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "segment %s section %u: %s", j->where, r->wh->pieces[r->piece].section, e.msg);
+            if (!can_fall_back(r, j, rc)) return job_report(r, j, rc, msg);
+            fall_back(r, j, rc, msg);   /* mid-piece: continues after the last record returned */
+            continue;
+        }
         job_clear(r, j);
         r->piece++;
     }
@@ -582,6 +691,7 @@ void dstl_reader_close(dstl_reader *r)
     }
     for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
     cache_client_give(r->s, r->cli);
+    for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
     wire_handle_free(r->wh);
     free(r->src);
     free(r);

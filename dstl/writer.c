@@ -152,6 +152,7 @@ int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_
         if (strcmp(o->id, writer_id) == 0)
             rc = err_fail(-EBUSY, "dstl_writer_open: writer '%s' is already open in this storage", writer_id);
     if (rc == 0) {
+        w->incarnation = ++s->writer_incarnations;
         w->next_open = s->writers;
         s->writers = w;
         s->nwriters++;

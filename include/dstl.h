@@ -223,6 +223,8 @@ typedef struct {
     /* additions to API.md, at the end so the fields above keep their places */
     uint64_t remote_bytes_written, remote_bytes_read;  /* request and response bodies */
     uint64_t cache_hits, cache_misses;                 /* reader cache, in sections */
+    uint64_t local_read_fallbacks;  /* segments a reader read from S3 because their local copy
+                                     * was unusable (bad CRC, wrong length, unreadable) */
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

@@ -15,6 +15,7 @@
 #include "dstl.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "wire/wire.h"
 
 static char *dir;
 
@@ -550,4 +551,88 @@ Test(dstl_api, compressed_segments_read_back_filtered)
         dstl_writer_close(w);
         cr_assert_eq(dstl_storage_close(s), 0);
     }
+}
+
+/* h's bytes as a build before writer incarnations wrote them (no field 11), parsed. */
+static dstl_handle *without_incarnation(const dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    cr_assert_eq(dstl_handle_serialize(h, &buf, &len), 0);
+    wire_handle *wh = NULL;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_handle_decode(buf, len, &wh, &e), 0, "%s", e.msg);
+    free(buf);
+    cr_assert_neq(wh->writer_incarnation, 0, "a new handle records its writer's incarnation");
+    wh->writer_incarnation = 0;
+    cr_assert_eq(wire_handle_encode(wh, &buf, &len, &e), 0, "%s", e.msg);
+    wire_handle_free(wh);
+    dstl_handle *out = NULL;
+    cr_assert_eq(dstl_handle_parse(buf, len, &out), 0, "%s", dstl_last_error());
+    free(buf);
+    return out;
+}
+
+/* Issue 9, item 12: a writer id closed and reopened in one storage restarts its seqs at 0, so a
+ * persist of the same checkpoint id over the same range gives a handle with the same writer,
+ * checkpoint and range as the old one. It is still a different handle (another incarnation of
+ * the writer, other segments): discarding the old one and truncating the new writer must leave
+ * the new handle's segments in place. */
+Test(dstl_api, reopened_writer_handle_survives_discard_of_the_old_one)
+{
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "0", NULL);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 7, &w), 0, "%s", dstl_last_error());
+    t_append_n(w, 21, 40, 0, 8, 100);
+    dstl_handle *h1 = t_persist(w, 0, 1);
+    cr_assert_eq(dstl_writer_close(w), 0);
+
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 7, &w), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_writer_next_seq(w), 0, "a reopened writer starts at seq 0");
+    t_append_n(w, 22, 40, 0, 8, 100);           /* other payloads: h2 must read these */
+    dstl_handle *h2 = t_persist(w, 0, 1);
+    cr_expect_eq(dstl_handle_from_seq(h2), dstl_handle_from_seq(h1));
+    cr_expect_eq(dstl_handle_to_seq(h2), dstl_handle_to_seq(h1));
+    cr_expect_eq(dstl_handle_checkpoint_id(h2), dstl_handle_checkpoint_id(h1));
+    cr_expect_eq(t_count_segments(dir), 2);
+    /* h2 in the bytes of a build before incarnations: it parses, and its discard is a no-op
+     * (never an error) that leaves h2's references alone */
+    dstl_handle *old = without_incarnation(h2);
+    cr_expect_eq(dstl_handle_discard(s, old), 0, "%s", dstl_last_error());
+    dstl_handle_free(old);
+
+    cr_assert_eq(dstl_handle_discard(s, h1), 0);
+    cr_assert_eq(dstl_truncate(w, dstl_writer_next_seq(w)), 0);
+    /* h1's segment goes (deletion runs on the pipeline thread: wait for it through stats); h2's
+     * must stay, so give a wrong second deletion the time to happen too. */
+    dstl_stats st = {0};
+    for (int i = 0; i < 2000 && st.segments_deleted < 1; i++) {
+        dstl_storage_stats(s, &st);
+        if (st.segments_deleted < 1) usleep(1000);
+    }
+    usleep(50000);
+    dstl_storage_stats(s, &st);
+    cr_expect_eq(st.segments_deleted, 1, "%lu segments deleted, only h1's is unreferenced",
+                 (unsigned long)st.segments_deleted);
+    cr_expect_eq(t_count_segments(dir), 1);
+    cr_expect_eq(t_verify(s, h2, 22, 0, 8, 0, 7, 100), 40, "h2: %s", dstl_last_error());
+    /* and h2 parsed back from its bytes discards the same references */
+    void *buf;
+    size_t len;
+    dstl_handle *p = NULL;
+    cr_assert_eq(dstl_handle_serialize(h2, &buf, &len), 0);
+    cr_assert_eq(dstl_handle_parse(buf, len, &p), 0, "%s", dstl_last_error());
+    free(buf);
+    cr_assert_eq(dstl_handle_discard(s, p), 0);
+    for (int i = 0; i < 2000 && st.segments_deleted < 2; i++) {
+        dstl_storage_stats(s, &st);
+        if (st.segments_deleted < 2) usleep(1000);
+    }
+    cr_expect_eq(st.segments_deleted, 2, "the parsed-back h2 did not discard h2's references");
+    cr_expect_eq(t_count_segments(dir), 0);
+    dstl_handle_free(p);
+    dstl_handle_free(h1);
+    dstl_handle_free(h2);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
 }

@@ -285,3 +285,71 @@ Test(dstl_ioeng, fault_script_counts_first_requests_and_rejects_bad_rules)
     cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1000, -EIO), -ENOSPC);
     ioeng_fault_free(f);
 }
+
+/* A partial submit cuts the first write from its linked fdatasync (IOENG_FAULT_SPLIT: the write
+ * reaches the kernel alone, the fdatasync later, unlinked, after the write looks complete). That
+ * fdatasync may have run beside the write, so it must not count: the operation issues a fresh
+ * one once the write is complete, and only then succeeds. Engines that do not link have no
+ * chain to cut: their fdatasync always follows the completed write, and there is one. */
+Test(dstl_ioeng, fdatasync_split_from_its_write_is_issued_again)
+{
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        int links = strcmp(engines[k], "io_uring") == 0;
+        struct ioeng_cqe c = {0};
+        struct ioeng_fault *f;
+        cr_assert_eq(ioeng_fault_new(&f), 0);
+        cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, IOENG_FAULT_SPLIT), 0);
+        ioeng *e = open_engine(engines[k], 0, f);
+        int fd = open_file("split");
+        static unsigned char buf[8192];
+        fill(buf, sizeof buf, 5);
+        cr_assert_eq(ioeng_write(e, fd, buf, sizeof buf, 0, IOENG_WRITE_FDATASYNC, 0), 0);
+        cr_assert_eq(ioeng_submit(e), 0, "%s: %s", engines[k], dstl_last_error());
+        reap_all(e, &c, 1);
+        cr_expect_eq(c.res, 0, "%s: %s", engines[k], strerror(-c.res));
+        cr_expect_eq(c.stage, IOENG_OP_FDATASYNC, "%s", engines[k]);
+        cr_expect_eq(c.written, sizeof buf, "%s", engines[k]);
+        expect_content(fd, buf, sizeof buf, engines[k]);
+        cr_expect_eq(ioeng_fault_fired(f), links ? 1u : 0u, "%s", engines[k]);
+        cr_expect_eq(ioeng_fault_requests(f, IOENG_OP_WRITE), 1, "%s", engines[k]);
+        cr_expect_eq(ioeng_fault_requests(f, IOENG_OP_FDATASYNC), links ? 2u : 1u,
+                     "%s: %u fdatasyncs (the split one must not count for the write)", engines[k],
+                     ioeng_fault_requests(f, IOENG_OP_FDATASYNC));
+        ioeng_close(e);
+        ioeng_fault_free(f);
+        close(fd);
+    }
+}
+
+/* Splits among many operations in flight beyond the queue depth, and a split of a write that the
+ * kernel also cuts short: every file is whole, and each split or short write costs one more
+ * fdatasync on io_uring. */
+Test(dstl_ioeng, split_chains_among_many_operations_read_back)
+{
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        int links = strcmp(engines[k], "io_uring") == 0;
+        struct ioeng_fault *f;
+        cr_assert_eq(ioeng_fault_new(&f), 0);
+        for (unsigned nth = 2; nth <= 10; nth += 2)
+            cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, nth, IOENG_FAULT_SPLIT), 0);
+        cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 5, IOENG_FAULT_SHORT), 0);
+        write_files(engines[k], 4, 24, f);
+        cr_expect_eq(ioeng_fault_fired(f), links ? 6u : 1u, "%s", engines[k]);
+        cr_expect_eq(ioeng_fault_requests(f, IOENG_OP_WRITE), 24 + 1, "%s", engines[k]);
+        unsigned syncs = links ? 24 + 5 + 1 : 24;
+        cr_expect_eq(ioeng_fault_requests(f, IOENG_OP_FDATASYNC), syncs, "%s: %u fdatasyncs, want %u",
+                     engines[k], ioeng_fault_requests(f, IOENG_OP_FDATASYNC), syncs);
+        ioeng_fault_free(f);
+    }
+}
+
+Test(dstl_ioeng, split_rule_is_for_writes_only)
+{
+    struct ioeng_fault *f;
+    cr_assert_eq(ioeng_fault_new(&f), 0);
+    cr_expect_eq(ioeng_fault_add(f, IOENG_OP_FDATASYNC, 1, IOENG_FAULT_SPLIT), -EINVAL);
+    cr_expect_eq(ioeng_fault_add(f, IOENG_OP_FSYNC, 1, IOENG_FAULT_SPLIT), -EINVAL);
+    cr_expect_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, 3), -EINVAL);
+    cr_expect_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, IOENG_FAULT_SPLIT), 0);
+    ioeng_fault_free(f);
+}

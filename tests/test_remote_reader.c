@@ -520,6 +520,346 @@ Test(remote_reader, missing_object_is_enoent_naming_it)
     scenario_free(&sc);
 }
 
+/* ---- a bad local copy: the object instead ---- */
+
+/* Flips one byte (xor 0x40) of wdir/name at offset at. */
+static void flip_local(const char *name, uint64_t at)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", wdir, name);
+    int fd = open(p, O_RDWR);
+    cr_assert_geq(fd, 0, "open %s", p);
+    uint8_t b;
+    cr_assert_eq(pread(fd, &b, 1, (off_t)at), 1, "%s: no byte at %lu", p, (unsigned long)at);
+    b ^= 0x40;
+    cr_assert_eq(pwrite(fd, &b, 1, (off_t)at), 1);
+    close(fd);
+}
+
+/* The footer offset of wdir/name, from its trailer. */
+static uint64_t local_footer_offset(const char *name)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", wdir, name);
+    size_t len = 0;
+    uint8_t *buf = t_read_file(p, &len);
+    cr_assert(buf && len > WIRE_SEG_TRAILER_LEN, "%s", p);
+    uint64_t foff;
+    uint32_t flen, fcrc;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_trailer_parse(buf + len - WIRE_SEG_TRAILER_LEN, WIRE_SEG_TRAILER_LEN, len, &foff, &flen, &fcrc, &e),
+                 0, "%s", e.msg);
+    free(buf);
+    return foff;
+}
+
+/* Makes a known failure and returns its detail: a successful read must leave it in place. */
+static void known_failure(dstl_storage *s, const dstl_handle *h, char *out, size_t cap)
+{
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, h, 9, 2, &r), -EINVAL);
+    snprintf(out, cap, "%s", dstl_last_error());
+    cr_assert(strstr(out, "9-2"), "detail: %s", out);
+}
+
+/* One writer, one segment, remote copy good, local copy with byte `at` flipped (at_footer: at is
+ * relative to the footer): every record reads back exactly, from S3, with one fallback counted,
+ * and the successful read leaves dstl_last_error() as it was. */
+static void local_flip_reads_from_s3(uint64_t at, int at_footer)
+{
+    scenario sc = {.nwriters = 1, .rounds = 1, .per_round = 400, .max_len = 200};
+    make_remote(&sc, 0);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 1);
+    flip_local(names[0], at_footer ? local_footer_offset(names[0]) + at : at);
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    char before[1024];
+    known_failure(s, sc.last[0], before, sizeof before);
+    long n = verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len);
+    cr_expect_eq(n, 400, "%ld records (%s)", n, dstl_last_error());
+    cr_expect_str_eq(dstl_last_error(), before, "a successful read changed the thread's error detail");
+    dstl_stats st = stats(s);
+    cr_expect_eq(st.local_read_fallbacks, 1, "%lu fallbacks", (unsigned long)st.local_read_fallbacks);
+    cr_expect_gt(st.remote_bytes_read, 0, "nothing was read from S3");
+    char *text = NULL;
+    cr_assert_eq(dstl_storage_metrics(s, &text), 0);
+    cr_expect(strstr(text, "\ndstl_local_read_fallbacks_total 1\n") != NULL, "metrics lack the fallback");
+    free(text);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free(names[0]);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, local_copy_with_bad_section_bytes_is_read_from_s3)
+{
+    local_flip_reads_from_s3(WIRE_SEG_HEADER_LEN + 40, 0);
+}
+
+Test(remote_reader, local_copy_with_bad_footer_is_read_from_s3)
+{
+    local_flip_reads_from_s3(5, 1);
+}
+
+Test(remote_reader, local_copy_with_bad_trailer_is_read_from_s3)
+{
+    scenario sc = {.nwriters = 1, .rounds = 1, .per_round = 100, .max_len = 100};
+    make_remote(&sc, 0);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 1);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", wdir, names[0]);
+    size_t len = 0;
+    free(t_read_file(p, &len));
+    flip_local(names[0], len - 2);              /* in the trailer's magic */
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 100, "%s", dstl_last_error());
+    cr_expect_eq(stats(s).local_read_fallbacks, 1);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free(names[0]);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, bad_later_segment_falls_back_after_local_records)
+{
+    /* Three segments; the last one's local copy is bad in a key-group run of its section. The
+     * first two pieces come from the local copies, the third from S3. A reader that needs none of
+     * the bad run's bytes reads everything locally. */
+    scenario sc = {.nwriters = 1, .rounds = 3, .per_round = 300, .max_len = 200};
+    make_remote(&sc, 0);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 3);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", wdir, names[2]);
+    size_t len = 0;
+    uint8_t *buf = t_read_file(p, &len);
+    wire_index *ix = NULL;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_segment_open(buf, len, &ix, &e), 0, "%s", e.msg);
+    const wire_section_info *sec = wire_index_section(ix, 0);
+    const wire_kg_run *run = NULL;
+    for (size_t i = 0; i < sec->nruns && !run; i++)
+        if (!sec->runs[i].is_meta && sec->runs[i].key_group == 9) run = &sec->runs[i];
+    cr_assert(run, "no run of key group 9");
+    flip_local(names[2], sec->offset + run->offset + run->len / 2);
+    wire_index_free(ix);
+    free(buf);
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, 8, sc.max_len), expected(sc.last[0], 0, 8), "%s", dstl_last_error());
+    dstl_stats st = stats(s);
+    cr_expect_eq(st.local_read_fallbacks, 0, "a reader not needing the bad run fell back");
+    cr_expect_eq(st.remote_requests, 0);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 900, "%s", dstl_last_error());
+    st = stats(s);
+    cr_expect_eq(st.local_read_fallbacks, 1, "%lu fallbacks", (unsigned long)st.local_read_fallbacks);
+    cr_expect_gt(st.remote_requests, 0);
+    /* The first segment is good: its handle is read locally, without another fallback. */
+    cr_expect_eq(verify(s, sc.first[0], 0, 0, NKG - 1, sc.max_len), 300, "%s", dstl_last_error());
+    cr_expect_eq(stats(s).local_read_fallbacks, 1);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    for (int i = 0; i < 3; i++) free(names[i]);
+    scenario_free(&sc);
+}
+
+/* CRC32C of run[0, len) with run[pos, pos + 4) = x (little-endian). */
+static uint32_t crc_with(uint8_t *run, size_t len, size_t pos, uint32_t x)
+{
+    for (int k = 0; k < 4; k++) run[pos + k] = (uint8_t)(x >> (8 * k));
+    return wire_crc32c(0, run, len);
+}
+
+/* Sets run[pos, pos + 4) so that the run's CRC32C is want. The CRC is affine in the message bits
+ * over GF(2): the 32 unit vectors give the columns of a 32x32 system, solved by elimination. */
+static void crc_forge(uint8_t *run, size_t len, size_t pos, uint32_t want)
+{
+    uint32_t base = crc_with(run, len, pos, 0), col[32], rows[32], rhs[32];
+    for (int i = 0; i < 32; i++) col[i] = crc_with(run, len, pos, 1u << i) ^ base;
+    for (int b = 0; b < 32; b++) {          /* row b: which x bits flip CRC bit b */
+        rows[b] = 0;
+        for (int i = 0; i < 32; i++) rows[b] |= ((col[i] >> b) & 1u) << i;
+        rhs[b] = ((want ^ base) >> b) & 1u;
+    }
+    for (int c = 0; c < 32; c++) {
+        int piv = -1;
+        for (int b = c; b < 32 && piv < 0; b++)
+            if (rows[b] >> c & 1u) piv = b;
+        cr_assert_geq(piv, 0, "CRC system singular at column %d", c);
+        uint32_t tr = rows[c], tt = rhs[c];
+        rows[c] = rows[piv], rhs[c] = rhs[piv];
+        rows[piv] = tr, rhs[piv] = tt;
+        for (int b = 0; b < 32; b++)
+            if (b != c && (rows[b] >> c & 1u)) rows[b] ^= rows[c], rhs[b] ^= rhs[c];
+    }
+    uint32_t x = 0;
+    for (int c = 0; c < 32; c++) x |= rhs[c] << c;
+    cr_assert_eq(crc_with(run, len, pos, x), want, "forged CRC");
+}
+
+static uint64_t get_varint(const uint8_t **p)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        uint8_t b = *(*p)++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) return v;
+    }
+}
+
+Test(remote_reader, local_copy_failing_mid_piece_continues_from_s3)
+{
+    /* One piece of 6,000 records. In the local copy a record of key group 3 far past the first
+     * 4,096 seqs (the iterator's first window) gets a seq varint that does not parse, and four
+     * bytes after it restore the run's CRC: every check at open passes, the iteration fails
+     * after thousands of records were returned. The piece continues from S3 after the last
+     * returned record: no record repeated, none skipped. */
+    scenario sc = {.nwriters = 1, .rounds = 1, .per_round = 6000, .max_len = 60};
+    write_local(&sc);
+    dstl_handle *local_only = dup_handle(sc.last[0]);
+    upload(NULL, NULL, 0);
+    sc.last[0] = with_remote(sc.last[0]);
+    sc.first[0] = with_remote(sc.first[0]);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 1);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", wdir, names[0]);
+    size_t len = 0;
+    uint8_t *buf = t_read_file(p, &len);
+    wire_index *ix = NULL;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_segment_open(buf, len, &ix, &e), 0, "%s", e.msg);
+    const wire_section_info *sec = wire_index_section(ix, 0);
+    cr_assert_eq(sec->compression, WIRE_COMP_NONE);
+    const wire_kg_run *run = NULL;
+    for (size_t i = 0; i < sec->nruns && !run; i++)
+        if (!sec->runs[i].is_meta && sec->runs[i].key_group == 3) run = &sec->runs[i];
+    cr_assert(run, "no run of key group 3");
+    uint8_t *rb = buf + sec->offset + run->offset;
+    const uint8_t *q = rb;
+    uint64_t seq = sec->seq_first - 1, past = 0;
+    uint8_t *victim = NULL;
+    for (uint64_t k = 0; k < run->count && !victim; k++) {
+        const uint8_t *at = q;
+        seq += get_varint(&q) + 1;
+        uint64_t plen = get_varint(&q);
+        /* the cursor parses one record ahead of its window: skip two past the first window */
+        if (seq >= sec->seq_first + 4096 && ++past > 2 && plen >= 12 && q - at == 2) victim = (uint8_t *)at;
+        q += plen;
+    }
+    cr_assert(victim, "no record of key group 3 to corrupt past seq %lu", (unsigned long)(sec->seq_first + 4096));
+    memset(victim, 0xff, 10);                       /* an 11th varint byte would be needed */
+    crc_forge(rb, run->len, (size_t)(victim + 10 - rb), run->crc);
+    cr_assert_eq(t_write_file(p, buf, len), 0);
+    wire_index_free(ix);
+    free(buf);
+
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    /* Without a remote copy the failure shows where it is: records first, then the error. */
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, local_only, 0, NKG - 1, &r), 0);
+    dstl_record rec;
+    long got = 0;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) got++;
+    dstl_reader_close(r);
+    cr_assert_eq(rc, DSTL_ECORRUPT, "rc %d: %s", rc, dstl_last_error());
+    cr_assert_gt(got, 4000, "the local copy failed after %ld records, not mid-piece", got);
+    cr_expect(strstr(dstl_last_error(), "bad seq varint"), "%s", dstl_last_error());
+    cr_expect_eq(stats(s).local_read_fallbacks, 0, "a local-only handle fell back");
+    /* With it, every record exactly once. */
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 6000, "%s", dstl_last_error());
+    cr_expect_eq(stats(s).local_read_fallbacks, 1);
+    cr_expect_eq(verify(s, sc.last[0], 0, 2, 5, sc.max_len), expected(sc.last[0], 2, 5), "%s", dstl_last_error());
+    cr_expect_eq(stats(s).local_read_fallbacks, 2);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    dstl_handle_free(local_only);
+    free(names[0]);
+    scenario_free(&sc);
+}
+
+/* Reads h to its end; returns the final result (0 or the error). */
+static int read_to_end(dstl_storage *s, const dstl_handle *h, long *n)
+{
+    dstl_reader *r = NULL;
+    int rc = dstl_reader_open(s, h, 0, NKG - 1, &r);
+    if (rc < 0) return rc;
+    dstl_record rec;
+    *n = 0;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) ++*n;
+    dstl_reader_close(r);
+    return rc;
+}
+
+Test(remote_reader, bad_local_copy_and_bad_or_missing_object_name_both)
+{
+    /* Segment 0: both copies corrupt. Segment 1: the local copy corrupt, the object missing. */
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 200, .max_len = 100};
+    write_local(&sc);
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 2);
+    upload(names[1], names[0], WIRE_SEG_HEADER_LEN + 40);
+    sc.last[0] = with_remote(sc.last[0]);
+    sc.first[0] = with_remote(sc.first[0]);
+    flip_local(names[0], WIRE_SEG_HEADER_LEN + 60);
+    flip_local(names[1], WIRE_SEG_HEADER_LEN + 60);
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    for (int i = 0; i < 2; i++) {
+        char key[1024], uri[1200], path[4200];
+        seg_key(names[i], key, sizeof key);
+        snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+        snprintf(path, sizeof path, "%s/%s", wdir, names[i]);
+        if (i == 1) flip_local(names[0], WIRE_SEG_HEADER_LEN + 60);   /* segment 0 good again */
+        long n = 0;
+        int rc = read_to_end(s, i == 0 ? sc.first[0] : sc.last[0], &n);
+        cr_expect_eq(n, i == 0 ? 0 : 200, "segment %d: %ld records before the error", i, n);
+        cr_expect_eq(rc, DSTL_ECORRUPT, "segment %d: rc %d: %s", i, rc, dstl_last_error());
+        const char *d = dstl_last_error();
+        cr_expect(strstr(d, path) != NULL, "segment %d: the error names no local copy %s: %s", i, path, d);
+        cr_expect(strstr(d, uri) != NULL, "segment %d: the error names no %s: %s", i, uri, d);
+        cr_expect(strstr(d, "offset") != NULL, "segment %d: the error names no offset: %s", i, d);
+    }
+    cr_expect_eq(stats(s).local_read_fallbacks, 2);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    for (int i = 0; i < 2; i++) free(names[i]);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, local_only_handle_with_bad_local_copy_is_ecorrupt)
+{
+    scenario sc = {.nwriters = 1, .rounds = 1, .per_round = 200, .max_len = 100};
+    write_local(&sc);                           /* handles without remote_uri */
+    char *names[4];
+    cr_assert_eq(list_segments(names, 4), 1);
+    upload(NULL, NULL, 0);                      /* a good object exists, but the handle names none */
+    flip_local(names[0], WIRE_SEG_HEADER_LEN + 40);
+    dstl_storage *s = open_rd(wdir, NULL, NULL, NULL, NULL);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", wdir, names[0]);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), DSTL_ECORRUPT);
+    cr_expect(strstr(dstl_last_error(), path) != NULL, "the error names no %s: %s", path, dstl_last_error());
+    dstl_stats st = stats(s);
+    cr_expect_eq(st.local_read_fallbacks, 0);
+    cr_expect_eq(st.remote_requests, 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free(names[0]);
+    scenario_free(&sc);
+}
+
+Test(remote_reader, successful_remote_read_keeps_the_last_error_detail)
+{
+    /* No local copy at all: the reader's probe of the local file fails (ENOENT), the object is
+     * read; the call succeeds, so the thread's last failure detail must be the one before. */
+    scenario sc = {.nwriters = 1, .rounds = 2, .per_round = 200, .max_len = 100};
+    make_remote(&sc, 1);
+    dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
+    char before[1024];
+    known_failure(s, sc.last[0], before, sizeof before);
+    cr_expect_eq(verify(s, sc.last[0], 0, 0, NKG - 1, sc.max_len), 400);
+    cr_expect_str_eq(dstl_last_error(), before, "a successful remote read changed the thread's error detail");
+    cr_expect_gt(stats(s).remote_bytes_read, 0);
+    cr_expect_eq(stats(s).local_read_fallbacks, 0, "a missing local copy is not a fallback");
+    cr_assert_eq(dstl_storage_close(s), 0);
+    scenario_free(&sc);
+}
+
 /* ---- the cache through readers ---- */
 
 /* The cache files of storage s under its local dir. */

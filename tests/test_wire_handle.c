@@ -53,6 +53,7 @@ static void assert_same(const wire_handle *a, const wire_handle *b)
     cr_assert_eq(a->from_seq, b->from_seq);
     cr_assert_eq(a->to_seq, b->to_seq);
     cr_assert_eq(a->size, b->size);
+    cr_assert_eq(a->writer_incarnation, b->writer_incarnation);
     cr_assert_eq(a->nsegs, b->nsegs);
     cr_assert_eq(a->npieces, b->npieces);
     for (size_t i = 0; i < a->nsegs; i++) {
@@ -298,4 +299,44 @@ Test(wire_handle, rejects_invalid_fields)
             free(s);
         }
     }
+}
+
+/* The writer incarnation (field 11) is optional: a handle that has one round-trips it, its bytes
+ * are the v1 bytes plus that one field, and the v1 golden bytes, written before it existed,
+ * still decode, with incarnation 0, and re-encode to themselves. */
+Test(wire_handle, writer_incarnation_round_trips_and_v1_bytes_decode_as_zero)
+{
+    wire_handle h = sample();
+    h.writer_incarnation = 300;              /* a two-byte varint */
+    uint8_t *b;
+    size_t n;
+    encode_ok(&h, &b, &n);
+    wire_handle *d;
+    wire_err err = {{0}};
+    cr_assert_eq(wire_handle_decode(b, n, &d, &err), 0, "%s", err.msg);
+    cr_expect_eq(d->writer_incarnation, 300);
+    assert_same(&h, d);
+    wire_handle *c = wire_handle_dup(d);
+    cr_assert_not_null(c);
+    cr_expect_eq(c->writer_incarnation, 300, "dup keeps the incarnation");
+    wire_handle_free(c);
+    wire_handle_free(d);
+
+    size_t gn;
+    uint8_t *g = wg_read_hex("wire_handle_v1.hex", &gn);
+    /* tag 11 varint (0x58), 300 = ac 02: three bytes more than v1, the same before them */
+    cr_expect_eq(n, gn + 3, "%zu bytes, v1 %zu", n, gn);
+    cr_expect_eq(memcmp(b, g, 8), 0, "same magic, version 1, flags 0");
+    cr_expect_eq(memcmp(b + n - 7, "\x58\xac\x02", 3), 0, "field 11 is last, after the pieces");
+    cr_expect_eq(memcmp(b + 8, g + 8, gn - 12), 0, "the v1 fields are unchanged");
+    free(b);
+
+    cr_assert_eq(wire_handle_decode(g, gn, &d, &err), 0, "v1 golden: %s", err.msg);
+    cr_expect_eq(d->writer_incarnation, 0, "v1 bytes decode with incarnation 0");
+    encode_ok(d, &b, &n);
+    cr_expect_eq(n, gn);
+    cr_expect_eq(memcmp(b, g, gn), 0, "a v1 handle re-encodes to its own bytes");
+    wire_handle_free(d);
+    free(b);
+    free(g);
 }

@@ -98,6 +98,7 @@ int wire_handle_encode(const wire_handle *h, void **buf, size_t *len, wire_err *
     m.from_seq = h->from_seq;
     m.to_seq = h->to_seq;
     m.size = h->size;
+    m.writer_incarnation = h->writer_incarnation;   /* 0 is omitted: v1 bytes stay as they were */
     Dstl__SegmentRef *segs = calloc(h->nsegs + 1, sizeof *segs);
     Dstl__SegmentRef **segp = calloc(h->nsegs + 1, sizeof *segp);
     Dstl__Piece *pcs = calloc(h->npieces + 1, sizeof *pcs);
@@ -161,6 +162,7 @@ static int handle_view(const Dstl__Handle *m, wire_handle *v)
     *v = (wire_handle){.storage_id = m->storage_id, .writer_id = m->writer_id,
                        .remote_uri = m->remote_uri, .checkpoint_id = m->checkpoint_id,
                        .from_seq = m->from_seq, .to_seq = m->to_seq, .size = m->size,
+                       .writer_incarnation = m->writer_incarnation,
                        .nsegs = m->n_segments, .npieces = m->n_pieces};
     v->segs = calloc(m->n_segments + 1, sizeof *v->segs);
     v->pieces = calloc(m->n_pieces + 1, sizeof *v->pieces);

@@ -227,6 +227,7 @@ typedef struct {
     char *writer_id;
     char *remote_uri;         /* "" when local only */
     uint64_t checkpoint_id, from_seq, to_seq, size;
+    uint64_t writer_incarnation;  /* the writer's opening in its storage run; 0 = not recorded */
     wire_seg_ref *segs;
     size_t nsegs;
     wire_piece *pieces;       /* in seq order, contiguous from from_seq to to_seq */
