@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -651,9 +652,30 @@ Test(tools_powercut, names_are_unique_and_the_control_file_hidden)
     errno = 0;
     cr_assert_eq(rmdir(at(m, "d")), -1);
     cr_assert_eq(errno, ENOTEMPTY);
+    put(at(m, "y"), "2", 0);
+    errno = 0;
+    cr_assert_eq(renameat2(AT_FDCWD, at(m, "y"), AT_FDCWD, at(m, "x"), RENAME_NOREPLACE), -1);
+    cr_assert_eq(errno, EEXIST, "RENAME_NOREPLACE over x: %s", strerror(errno));
+    cr_assert_eq(rename(at(m, "y"), at(m, "x")), 0);
+    expect_content(at(m, "x"), "2");
     char cmd[4400];
     snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s' | tr '\\n' ' ')\" = 'd x '", m);
     cr_assert_eq(system(cmd), 0, "the root lists exactly d and x (not .powercut)");
+}
+
+/* The library flocks lock files (dstl/cache.c): the kernel keeps those locks for us. */
+Test(tools_powercut, flock_works_and_stays_in_the_kernel)
+{
+    const char *m = fs_mount("drop", 1);
+    int a = open(at(m, "lock"), O_RDWR | O_CREAT, 0600), b = open(at(m, "lock"), O_RDWR);
+    cr_assert(a >= 0 && b >= 0);
+    cr_assert_eq(flock(a, LOCK_EX | LOCK_NB), 0, "flock: %s", strerror(errno));
+    errno = 0;
+    cr_assert_eq(flock(b, LOCK_EX | LOCK_NB), -1);
+    cr_assert_eq(errno, EWOULDBLOCK);
+    close(a);
+    cr_assert_eq(flock(b, LOCK_EX | LOCK_NB), 0, "flock after the holder closed: %s", strerror(errno));
+    close(b);
 }
 
 /* Unsynced writes of 16 chunks of one page (chunk i all 'a' + i) after a synced empty file. A

@@ -144,7 +144,10 @@ struct snap_ent {
     char *name;
 };
 
+/* A readdir snapshot; all open ones are listed, since a release may never come (the daemon
+ * stops while the kernel still owes it). */
 struct snap {
+    struct snap *prev, *next;
     size_t n;
     struct snap_ent v[];
 };
@@ -161,6 +164,7 @@ static struct {
     struct node ctl;
     struct node **buckets;
     size_t nbuckets, count;
+    struct snap *snaps;           /* open readdir snapshots                                */
     fuse_ino_t next_ino;
     uint64_t st_writes, st_fsyncs, st_fsyncdirs, st_bytes;
     uint64_t im_files, im_dirs, im_kept_ops, im_unsynced_ops, im_torn, im_cycles;
@@ -1124,6 +1128,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_
     fuse_reply_err(req, 0);
 }
 
+static void snap_free(struct snap *s)
+{
+    if (!s) return;
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (g.snaps == s)
+        g.snaps = s->next;
+    if (s->next) s->next->prev = s->prev;
+    for (size_t k = 0; k < s->n; k++) free(s->v[k].name);
+    free(s);
+}
+
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     FROZEN_EIO(req);
@@ -1143,20 +1159,19 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
         s->v[i + 2] = (struct snap_ent){d->cur_e.v[i].node->ino, d->cur_e.v[i].node->mode & S_IFMT,
                                         strdup(d->cur_e.v[i].name)};
     s->n = n;
+    s->next = g.snaps;
+    if (g.snaps) g.snaps->prev = s;
+    g.snaps = s;
     for (size_t i = 0; i < n; i++) {
         if (!s->v[i].name) {
-            for (size_t k = 0; k < n; k++) free(s->v[k].name);
-            free(s);
+            snap_free(s);
             complain("out of memory (readdir snapshot)");
             fuse_reply_err(req, ENOMEM);
             return;
         }
     }
     fi->fh = (uint64_t)(uintptr_t)s;
-    if (fuse_reply_open(req, fi) != 0) {
-        for (size_t k = 0; k < n; k++) free(s->v[k].name);
-        free(s);
-    }
+    if (fuse_reply_open(req, fi) != 0) snap_free(s);
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi)
@@ -1187,9 +1202,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, s
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     (void)ino;
-    struct snap *s = (struct snap *)(uintptr_t)fi->fh;
-    for (size_t k = 0; s && k < s->n; k++) free(s->v[k].name);
-    free(s);
+    snap_free((struct snap *)(uintptr_t)fi->fh);
     fuse_reply_err(req, 0);
 }
 
@@ -1465,6 +1478,7 @@ static void free_all(void)
         }
     }
     free(g.buckets);
+    while (g.snaps) snap_free(g.snaps);
     ents_free(&g.root->cur_e);
     ents_free(&g.root->dur_e);
     free(g.root);
