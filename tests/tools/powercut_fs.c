@@ -269,6 +269,7 @@ static void blob_put(struct blob *b)
 static int blob_room(struct blob **bp, size_t need)
 {
     struct blob *b = *bp;
+    if (need > SIZE_MAX / 4) return -EFBIG;
     if (b && b->refs == 1 && b->cap >= need) return 0;
     size_t cap = b ? b->cap : 0;
     if (cap < need) {
@@ -276,7 +277,6 @@ static int blob_room(struct blob **bp, size_t need)
         if (cap < 4096) cap = 4096;
         if (!g.unbounded && cap > need && g.mem + sizeof *b + cap > g.max_mem) cap = need;
     }
-    if (need > SIZE_MAX / 2) return -EFBIG;
     int err;
     struct blob *nb = xalloc(sizeof *nb + cap, &err);
     if (!nb) return -err;
@@ -291,7 +291,8 @@ static int blob_room(struct blob **bp, size_t need)
 
 static int blob_write(struct blob **bp, uint64_t off, const void *buf, size_t len)
 {
-    if (off > (uint64_t)(SIZE_MAX / 2) || len > SIZE_MAX / 2) return -EFBIG;
+    if (len == 0) return 0;   /* POSIX: a write of nothing changes nothing, not even the size */
+    if (off > (uint64_t)(SIZE_MAX / 4) || len > SIZE_MAX / 4) return -EFBIG;
     size_t end = (size_t)off + len, cur = blob_len(*bp);
     int rc = blob_room(bp, end > cur ? end : cur);
     if (rc < 0) return rc;
@@ -304,7 +305,7 @@ static int blob_write(struct blob **bp, uint64_t off, const void *buf, size_t le
 
 static int blob_truncate(struct blob **bp, uint64_t size)
 {
-    if (size > (uint64_t)(SIZE_MAX / 2)) return -EFBIG;
+    if (size > (uint64_t)(SIZE_MAX / 4)) return -EFBIG;
     size_t cur = blob_len(*bp);
     if (size == cur) return 0;
     int rc = blob_room(bp, size > cur ? (size_t)size : cur);
