@@ -231,9 +231,10 @@ typedef struct {
     int64_t ms;
 } tally;
 
-/* One trial with the child program `child` (a crash_child build). Returns verify-acks' exit
- * status (0 nothing lost, 1 an acknowledged record lost); adds its counts to *t. The trial's
- * dir is removed unless keep (then its path is in the failure messages). */
+/* One trial with the child program child_path (a crash_child build). Returns verify-acks' exit
+ * status (0 nothing lost, 1 an acknowledged record lost: a failure unless expect_loss); adds its
+ * counts to *t. The trial's dir is removed when the trial passes; a failed assertion leaves it
+ * for inspection (its path is in the message). */
 static int trial(const char *child_path, const char *engine, const char *mode, int cut_at_ack, uint64_t *rnd,
                  tally *t, int expect_loss)
 {
