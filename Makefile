@@ -56,7 +56,8 @@ TEST_BINS  := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
 THELP_SRCS := $(wildcard tests/helpers*.c)
 THELP_OBJS := $(THELP_SRCS:%.c=$(B)/obj/%.o)
 TOOL_SRCS  := $(wildcard tests/tools/*.c)
-TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%)
+TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%) \
+              $(B)/tools/crash_child-skip-fdatasync $(B)/tools/crash_child-skip-dirsync
 PERF_SRCS  := $(wildcard perf/*.c)
 PERF_BINS  := $(PERF_SRCS:perf/%.c=$(B)/perf/%)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
@@ -120,6 +121,27 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 $(B)/tools/%: $(B)/obj/tests/tools/%.o $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+
+# The power-cut simulator (tests/tools/powercut_fs.c) is the one program on libfuse3; it does not
+# link the library, and the library's link line never has fuse3.
+FUSE_CFLAGS = $(shell pkg-config --cflags fuse3 2>/dev/null)
+FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
+$(B)/obj/tests/tools/powercut_fs.o: ALL_CFLAGS += $(FUSE_CFLAGS)
+$(B)/tools/powercut_fs: $(B)/obj/tests/tools/powercut_fs.o
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(FUSE_LIBS)
+
+# Test-only variants of the local store, linked only into extra crash_child programs for the
+# power-cut bite tests (tests/test_dstl_powercut.c): each compiles dstl/segstore.c with one sync
+# switched off, to prove the simulator catches its absence. The library never has them.
+SEGSTORE_DEFS_skip-fdatasync := -DDSTL_TEST_SKIP_SEGMENT_FDATASYNC
+SEGSTORE_DEFS_skip-dirsync   := -DDSTL_TEST_SKIP_DIR_FSYNC
+$(B)/obj/dstl/segstore-%.o: dstl/segstore.c $(GEN_H) | $(DEPS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
+$(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(B)/libdstl.a
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
 $(B)/perf/%: $(B)/obj/perf/%.o $(B)/libdstl.a
 	@mkdir -p $(@D)

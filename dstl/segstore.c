@@ -51,6 +51,16 @@
 /* Completions taken from the engine per reap. */
 #define REAP_BATCH 64u
 
+/* TEST ONLY: DSTL_TEST_SKIP_SEGMENT_FDATASYNC and DSTL_TEST_SKIP_DIR_FSYNC build variants of this
+ * file without one of its syncs, linked only into extra crash_child programs (Makefile) so that
+ * tests/test_dstl_powercut.c proves its power-cut simulator catches the loss. Never in the
+ * library. */
+#ifdef DSTL_TEST_SKIP_SEGMENT_FDATASYNC
+#define SEGMENT_WRITE_FLAGS 0u
+#else
+#define SEGMENT_WRITE_FLAGS IOENG_WRITE_FDATASYNC
+#endif
+
 /* What a failed write's detail reports. */
 enum seg_fail {
     FAIL_NONE,
@@ -194,6 +204,10 @@ static void submit(segstore *s)
 static void dir_sync_start(segstore *s)
 {
     if (s->dir_running || s->failed || s->dir_wanted <= s->dir_synced) return;
+#ifdef DSTL_TEST_SKIP_DIR_FSYNC
+    s->dir_synced = s->dir_wanted; /* TEST ONLY (see SEGMENT_WRITE_FLAGS): no fsync, "synced" */
+    return;
+#endif
     /* Unlinks before this point are covered by this fsync. */
     atomic_store(&s->unlink_dirty, false);
     if (ioeng_fsync(s->io, s->dir_fd, DIR_TAG) < 0) {
@@ -563,7 +577,7 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
         w->dir_gen = dir_entry_added(s);
         s->st.creates++;
     }
-    rc = ioeng_write(s->io, w->fd, buf, len, 0, IOENG_WRITE_FDATASYNC, (uint64_t)(uintptr_t)w);
+    rc = ioeng_write(s->io, w->fd, buf, len, 0, SEGMENT_WRITE_FLAGS, (uint64_t)(uintptr_t)w);
     if (rc < 0) {
         close(w->fd);
         unlinkat(s->dir_fd, name, 0);

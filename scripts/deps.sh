@@ -19,6 +19,7 @@ BUILD_PKGS=(
   libisal-dev                             # (optional fast CRC32C; SSE4.2 path is built in)
   liblz4-dev libzstd-dev                  # section compression
   clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
+  libfuse3-dev fuse3                      # tests: the power-cut simulator (tests/tools/powercut_fs.c)
   curl python3
 )
 # The S3 server the tests and the perf suite start (Ceph RGW; see tests/s3/README.md).

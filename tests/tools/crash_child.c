@@ -15,6 +15,17 @@
  *   crash_child exact DIR HANDLES
  *       After `dstl gc DIR --live` with every handle file: verify again, and check that exactly the
  *       segments the handles reference remain (nothing more deletable, nothing missing).
+ *   crash_child run-acks DIR ENGINE SEED
+ *       Like run, but each completed persist is reported on stdout as it completes, one line
+ *       "ack <writer> <checkpoint> <serialized handle in hex>" written whole with one write(2),
+ *       and no handle is ever discarded: every handle the parent (the checkpoint coordinator,
+ *       tests/test_dstl_powercut.c) has read must survive a power cut. Nothing else goes to
+ *       stdout.
+ *   crash_child verify-acks DIR FILE
+ *       Opens a fresh storage on DIR and reads back every handle listed in FILE (lines as
+ *       run-acks prints them), checking each record byte for byte. Prints "verify-acks: H
+ *       handles, R records checked, L handles lost"; exit 0 when nothing was lost, 1 when an
+ *       acknowledged record is missing or differs (each named on stderr), 2 on a tool error.
  *
  * Remote mode (REMOTE_URI = s3://bucket/prefix): the storage uploads to it with durability
  * remote, endpoint and keys from DSTL_T_S3_ENDPOINT / _ACCESS_KEY / _SECRET_KEY / _REGION
@@ -44,6 +55,8 @@
 static const char *g_handles;
 static const char *g_remote;    /* NULL: local only */
 static int g_big;               /* MODE big */
+static int g_acks;              /* run-acks: report handles on stdout, never discard */
+static pthread_mutex_t g_out_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t record_max(void) { return g_big ? BIG_RECORD_MAX : 3000; }
 
@@ -83,6 +96,35 @@ static void write_handle(uint32_t wid, const dstl_handle *h)
     close(dfd);
 }
 
+/* run-acks: the handle goes to the parent as one line, written whole (one write(2) under a
+ * lock, so lines of different writers never interleave). A line cut short by the kill has no
+ * newline: the parent never saw that acknowledgement. */
+static void report_ack(uint32_t wid, uint64_t cp, const dstl_handle *h)
+{
+    void *buf;
+    size_t len;
+    if (dstl_handle_serialize(h, &buf, &len) < 0) die("serialize");
+    size_t cap = len * 2 + 64;
+    char *line = malloc(cap);
+    if (!line) die("out of memory");
+    int n = snprintf(line, cap, "ack %u %" PRIu64 " ", wid, cp);
+    for (size_t i = 0; i < len; i++) n += snprintf(line + n, cap - (size_t)n, "%02x", ((uint8_t *)buf)[i]);
+    line[n++] = '\n';
+    free(buf);
+    pthread_mutex_lock(&g_out_mu);
+    for (size_t off = 0; off < (size_t)n;) {
+        ssize_t w = write(1, line + off, (size_t)n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            fprintf(stderr, "crash_child: reporting an ack: %s\n", strerror(errno));
+            exit(2);
+        }
+        off += (size_t)w;
+    }
+    pthread_mutex_unlock(&g_out_mu);
+    free(line);
+}
+
 typedef struct {
     dstl_storage *s;
     uint32_t wid;
@@ -120,12 +162,18 @@ static void *writer_main(void *arg)
             continue;
         }
         dstl_future_free(f);
+        if (g_acks) {                      /* the coordinator has it; it stays live */
+            report_ack(j->wid, cp, h);
+            dstl_handle_free(h);
+            goto next;
+        }
         write_handle(j->wid, h);           /* the checkpoint is complete ... */
         if (prev) {                        /* ... and only then the previous one goes */
             dstl_handle_discard(j->s, prev);
             dstl_handle_free(prev);
         }
         prev = h;
+    next:
         if (cp % 7 == 0) {                 /* materialize */
             mat = dstl_writer_next_seq(w);
             if (dstl_truncate(w, mat) < 0) die("truncate");
@@ -176,8 +224,10 @@ static int run(const char *dir, const char *engine, uint64_t seed)
         jobs[i] = (job){s, i, seed};
         pthread_create(&th[i], NULL, writer_main, &jobs[i]);
     }
-    printf("running\n");
-    fflush(stdout);
+    if (!g_acks) {
+        printf("running\n");
+        fflush(stdout);
+    }
     for (uint32_t i = 0; i < WRITERS; i++) pthread_join(th[i], NULL);   /* until killed */
     return 0;
 }
@@ -274,6 +324,109 @@ static int verify(const char *dir, int exact)
     return bad;
 }
 
+static int hex_val(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* Checks h's records against what writer wid appended; 0, or 1 naming the loss on stderr. */
+static int check_handle(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint64_t cp, uint8_t *want,
+                        uint64_t *records)
+{
+    dstl_reader *r;
+    if (dstl_reader_open(s, h, 0, NKG - 1, &r) < 0) {
+        fprintf(stderr, "verify-acks: writer %u checkpoint %" PRIu64 ": reader: %s\n", wid, cp, dstl_last_error());
+        return 1;
+    }
+    uint64_t seq = dstl_handle_from_seq(h);
+    dstl_record rec;
+    int rc, bad = 0;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {
+        size_t wl = payload(wid, seq, want);
+        if (rec.seq != seq || rec.len != wl || memcmp(rec.data, want, wl) != 0 || rec.key_group != seq % NKG) {
+            fprintf(stderr, "verify-acks: writer %u checkpoint %" PRIu64 ": record %" PRIu64 " (got seq %" PRIu64
+                            ", %zu bytes) differs\n", wid, cp, seq, rec.seq, rec.len);
+            bad = 1;
+            break;
+        }
+        seq++;
+        (*records)++;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "verify-acks: writer %u checkpoint %" PRIu64 ": at record %" PRIu64 ": %s\n", wid, cp, seq,
+                dstl_last_error());
+        bad = 1;
+    } else if (!bad && seq != dstl_handle_to_seq(h)) {
+        fprintf(stderr, "verify-acks: writer %u checkpoint %" PRIu64 ": records end at %" PRIu64 ", handle says %"
+                        PRIu64 "\n", wid, cp, seq, dstl_handle_to_seq(h));
+        bad = 1;
+    }
+    dstl_reader_close(r);
+    return bad;
+}
+
+static int verify_acks(const char *dir, const char *file)
+{
+    FILE *in = fopen(file, "r");
+    if (!in) {
+        fprintf(stderr, "verify-acks: %s: %s\n", file, strerror(errno));
+        return 2;
+    }
+    dstl_config *c = config_for(dir);
+    dstl_storage *s;
+    if (dstl_storage_open(c, &s) < 0) die("storage open");
+    uint8_t *want = malloc(record_max());
+    char *line = NULL;
+    size_t cap = 0, handles = 0, lost = 0, lineno = 0;
+    uint64_t records = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        unsigned wid;
+        uint64_t cp;
+        int hex_at = 0;
+        if (sscanf(line, "ack %u %" SCNu64 " %n", &wid, &cp, &hex_at) != 2 || hex_at == 0 || wid >= WRITERS) {
+            fprintf(stderr, "verify-acks: %s:%zu: not an ack line\n", file, lineno);
+            exit(2);
+        }
+        const char *hex = line + hex_at;
+        size_t hl = strcspn(hex, "\n");
+        uint8_t *bytes = malloc(hl / 2 + 1);
+        size_t len = 0;
+        for (size_t i = 0; i < hl; i += 2) {
+            int hi = hex_val(hex[i]), lo = i + 1 < hl ? hex_val(hex[i + 1]) : -1;
+            if (hi < 0 || lo < 0) {
+                fprintf(stderr, "verify-acks: %s:%zu: bad hex at column %zu\n", file, lineno, (size_t)hex_at + i + 1);
+                exit(2);
+            }
+            bytes[len++] = (uint8_t)(hi << 4 | lo);
+        }
+        dstl_handle *h;
+        if (dstl_handle_parse(bytes, len, &h) < 0) {
+            fprintf(stderr, "verify-acks: %s:%zu: %s\n", file, lineno, dstl_last_error());
+            exit(2);
+        }
+        free(bytes);
+        char id[16];
+        snprintf(id, sizeof id, "w%u", wid);
+        if (strcmp(dstl_handle_writer_id(h), id) != 0 || dstl_handle_checkpoint_id(h) != cp) {
+            fprintf(stderr, "verify-acks: %s:%zu: the handle is of %s checkpoint %" PRIu64 ", the line says %s %"
+                            PRIu64 "\n", file, lineno, dstl_handle_writer_id(h), dstl_handle_checkpoint_id(h), id, cp);
+            exit(2);
+        }
+        handles++;
+        lost += (size_t)check_handle(s, h, wid, cp, want, &records);
+        dstl_handle_free(h);
+    }
+    free(line);
+    fclose(in);
+    free(want);
+    if (dstl_storage_close(s) < 0) die("close");
+    dstl_config_free(c);
+    printf("verify-acks: %zu handles, %" PRIu64 " records checked, %zu handles lost\n", handles, records, lost);
+    return lost ? 1 : 0;
+}
+
 /* [REMOTE_URI MODE] at argv[first]: remote mode. 0, or -1 for a bad mode. */
 static int remote_args(int argc, char **argv, int first)
 {
@@ -299,8 +452,15 @@ int main(int argc, char **argv)
         g_handles = argv[3];
         return verify(argv[2], 1);
     }
+    if (argc == 5 && !strcmp(argv[1], "run-acks")) {
+        g_acks = 1;
+        return run(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    }
+    if (argc == 4 && !strcmp(argv[1], "verify-acks")) return verify_acks(argv[2], argv[3]);
     fprintf(stderr, "usage: crash_child run DIR HANDLES ENGINE SEED [s3://BUCKET/PREFIX small|big]\n"
                     "       crash_child verify DIR HANDLES [s3://BUCKET/PREFIX small|big]\n"
-                    "       crash_child exact DIR HANDLES\n");
+                    "       crash_child exact DIR HANDLES\n"
+                    "       crash_child run-acks DIR ENGINE SEED\n"
+                    "       crash_child verify-acks DIR FILE\n");
     return 2;
 }
