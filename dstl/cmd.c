@@ -19,17 +19,34 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dstl [--config FILE] [--set key=value]... COMMAND [ARGS]\n"
             "\n"
-            "  demo [--writers N] [--duration S] [--rate R]   run the embedded-default workload and verify recovery\n"
+            "  demo [--writers N] [--duration S] [--rate R] [--materialize-every S]\n"
+            "                                                  run the embedded-default workload and verify recovery\n"
             "  cat HANDLE_FILE [--dir DIR] [--key-groups A-B] print a handle's records as JSON lines\n"
             "  ls DIR                                          list segments: writers, seq ranges, sizes, age\n"
             "  verify DIR                                      check every segment's checksums\n"
-            "  gc DIR --live HANDLE_FILE... [--min-age D] [--dry-run]\n"
+            "  gc DIR (--live HANDLE_FILE... | --no-live-handles) [--min-age D (default 1h)] [--dry-run]\n"
             "                                                  delete segments (local, remote) no live handle references\n"
             "  stats [--prometheus] [METRICS_FILE]             a running storage's metrics (dstl.metrics.file)\n"
             "  config                                          print every key with its value (secrets hidden)\n"
             "  version\n"
             "\n"
             "Configuration: defaults < --config file < DSTL_* environment < --set.\n");
+}
+
+/* Says what is wrong with a --set argument that has no '=': by its position, and by its key
+ * when it starts with one, never by the text after the key (it may be a secret). */
+static void bad_set_argument(int n, const char *arg)
+{
+    int k = config_key_prefix(arg);
+    const char *key = k >= 0 ? config_key((size_t)k)->key : NULL;
+    if (key && !arg[strlen(key)])
+        fprintf(stderr, "dstl: --set argument %d: key '%s' has no value: expected key=value\n", n, key);
+    else if (key)
+        fprintf(stderr, "dstl: --set argument %d: expected key=value: key '%s' is not followed by '=' (the rest "
+                        "is not shown)\n", n, key);
+    else
+        fprintf(stderr, "dstl: --set argument %d: expected key=value, found no '=' (the argument is not shown: it "
+                        "may hold a secret)\n", n);
 }
 
 dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
@@ -39,22 +56,28 @@ dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
         fprintf(stderr, "dstl: %s\n", dstl_last_error());
         return NULL;
     }
-    int rc = 0;
-    if (g->config_file) rc = dstl_config_load(c, g->config_file);
-    for (int i = 0; rc == 0 && i < g->nsets; i++) {
-        char kv[1024];
-        snprintf(kv, sizeof kv, "%s", g->sets[i]);
-        char *eq = strchr(kv, '=');
+    if (g->config_file && dstl_config_load(c, g->config_file) < 0) {
+        fprintf(stderr, "dstl: %s\n", dstl_last_error());
+        dstl_config_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < g->nsets; i++) {
+        const char *arg = g->sets[i], *eq = strchr(arg, '=');
         if (!eq) {
-            fprintf(stderr, "dstl: --set %s: expected key=value\n", g->sets[i]);
+            bad_set_argument(i + 1, arg);
             dstl_config_free(c);
             return NULL;
         }
-        *eq = '\0';
-        rc = dstl_config_set(c, kv, eq + 1);
+        char *key = strndup(arg, (size_t)(eq - arg));
+        int rc = key ? dstl_config_set(c, key, eq + 1) : -ENOMEM;
+        free(key);
+        if (rc < 0) {
+            fprintf(stderr, "dstl: --set argument %d: %s\n", i + 1, rc == -ENOMEM ? "out of memory" : dstl_last_error());
+            dstl_config_free(c);
+            return NULL;
+        }
     }
-    if (rc == 0 && local_dir) rc = dstl_config_set(c, "dstl.local.dir", local_dir);
-    if (rc < 0) {
+    if (local_dir && dstl_config_set(c, "dstl.local.dir", local_dir) < 0) {
         fprintf(stderr, "dstl: %s\n", dstl_last_error());
         dstl_config_free(c);
         return NULL;
@@ -72,29 +95,28 @@ dstl_handle *cmd_read_handle(const char *path)
     /* Handles are small (a few KiB); 64 MiB bounds what a wrong file can make us read. */
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);
-    while (buf) {
+    const char *why = buf ? NULL : "out of memory";
+    while (!why) {
         size_t n = fread(buf + len, 1, cap - len, f);
         len += n;
-        if (n == 0) break;
-        if (len == cap) {
-            if (cap >= (64u << 20)) {
-                fprintf(stderr, "dstl: handle file %s: larger than 64 MiB\n", path);
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            unsigned char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-            } else {
-                buf = nb;
-                cap *= 2;
-            }
+        if (n == 0) {
+            if (ferror(f)) why = strerror(errno);
+            break;
+        }
+        if (len < cap) continue;
+        unsigned char *nb = cap >= (64u << 20) ? NULL : realloc(buf, cap * 2);
+        if (!nb) why = cap >= (64u << 20) ? "larger than 64 MiB" : "out of memory";
+        else {
+            buf = nb;
+            cap *= 2;
         }
     }
     fclose(f);
-    if (!buf) return NULL;
+    if (why) {
+        fprintf(stderr, "dstl: handle file %s: %s\n", path, why);
+        free(buf);
+        return NULL;
+    }
     dstl_handle *h = NULL;
     if (dstl_handle_parse(buf, len, &h) < 0) fprintf(stderr, "dstl: handle file %s: %s\n", path, dstl_last_error());
     free(buf);

@@ -5,10 +5,14 @@
  * canonical state-change encoding — value updates, list appends, map puts; Zipf-popular keys;
  * values of 16 B to 4 KiB — checkpoint every second (persist from the materialization point;
  * the new handle subsumes the previous one, which is discarded), and materialize every 10 s
- * (truncate at the materialization point). The main thread prints one line per second. At the
- * end every writer persists once more, the storage closes, a fresh storage recovers every
- * writer from its last handle and checks it record for record, and gc keeps only what those
- * handles need. Exit status 0 only when all of that holds.
+ * (--materialize-every; truncate at the materialization point). The main thread prints one
+ * line per second. At the end every writer persists once more and the storage closes; then
+ * the demo checks what the run left behind: exactly the segments its last handles reference,
+ * in the local dir and under the remote prefix (its truncates, discards and close delete the
+ * rest of its own segments, so it needs no sweep, and it never touches another run's files:
+ * two demos can share a dir or a prefix). A fresh storage then recovers every writer from its
+ * last handle and checks it record for record; the last handles are kept in
+ * <dstl.local.dir>/handles/<run id>/. Exit status 0 only when all of that holds.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +27,10 @@
 #include <unistd.h>
 
 #include "dstl/cmd.h"
+#include "dstl/config.h"
+#include "dstl/remote.h"
+#include "dstl/segstore.h"
+#include "dstl/storage_test.h"
 #include "wire/wire.h"
 
 #define NKEYS 20000          /* distinct keys per writer */
@@ -118,7 +126,7 @@ size_t cmd_workload_record(uint32_t wid, uint64_t seq, uint32_t nkg, uint8_t *bu
 typedef struct {
     dstl_storage *s;
     uint32_t wid;
-    double duration_s, rate;
+    double duration_s, rate, materialize_s;
     int ok;
     char err[512];
     uint64_t mat;                /* materialization point of the last handle */
@@ -170,7 +178,7 @@ static void *writer_main(void *arg)
     dstl_handle *prev = NULL;
     dstl_future *pending = NULL;
     uint64_t cp = 1;
-    double t0 = now_s(), next_cp = t0 + 1, next_mat = t0 + 10, end = t0 + j->duration_s;
+    double t0 = now_s(), next_cp = t0 + 1, next_mat = t0 + j->materialize_s, end = t0 + j->duration_s;
     uint64_t appended = 0;
     if (dstl_append_meta(w, buf, meta_record(buf)) < 0) job_fail(j, "append meta");
     while (j->ok && now_s() < end) {
@@ -196,7 +204,7 @@ static void *writer_main(void *arg)
             if (j->ok && dstl_truncate(w, m) < 0) job_fail(j, "truncate");
             j->mat = m;
             if (j->ok && dstl_append_meta(w, buf, meta_record(buf)) < 0) job_fail(j, "append meta");
-            next_mat += 10;
+            next_mat += j->materialize_s;
         }
         double ahead = (double)appended / j->rate - (now_s() - t0);
         if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
@@ -258,22 +266,211 @@ static int recover_and_check(dstl_storage *s, writer_job *j, uint64_t *records, 
     return j->ok ? 0 : -1;
 }
 
+/* ---- what the run leaves behind ---- */
+
+typedef struct {
+    char **v;
+    size_t n, cap;
+} name_set;
+
+static int names_add(name_set *ns, const char *name)
+{
+    if (ns->n == ns->cap) {
+        size_t cap = ns->cap ? ns->cap * 2 : 64;
+        char **v = realloc(ns->v, cap * sizeof *v);
+        if (!v) return -ENOMEM;
+        ns->v = v;
+        ns->cap = cap;
+    }
+    if (!(ns->v[ns->n] = strdup(name))) return -ENOMEM;
+    ns->n++;
+    return 0;
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorts and drops duplicates. */
+static void names_sort(name_set *ns)
+{
+    if (!ns->n) return;
+    qsort(ns->v, ns->n, sizeof *ns->v, cmp_name);
+    size_t k = 1;
+    for (size_t i = 1; i < ns->n; i++) {
+        if (strcmp(ns->v[i], ns->v[k - 1]) == 0) free(ns->v[i]);
+        else ns->v[k++] = ns->v[i];
+    }
+    ns->n = k;
+}
+
+static void names_free(name_set *ns)
+{
+    for (size_t i = 0; i < ns->n; i++) free(ns->v[i]);
+    free(ns->v);
+    *ns = (name_set){0};
+}
+
+/* Whether name is a segment of run ("<run id>-<number>.seg"). */
+static int of_run(const char *run, const char *name)
+{
+    size_t n = strlen(run), len = strlen(name), sl = strlen(SEGSTORE_SUFFIX);
+    return len > n + 1 + sl && strncmp(name, run, n) == 0 && name[n] == '-' &&
+           strcmp(name + len - sl, SEGSTORE_SUFFIX) == 0;
+}
+
+typedef struct {
+    const char *run;
+    name_set *found;
+    int err;
+} local_scan;
+
+static int collect_local(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
+{
+    (void)size;
+    (void)mtime_ms;
+    local_scan *ls = arg;
+    if (of_run(ls->run, name) && names_add(ls->found, name) < 0) return ls->err = -ENOMEM;
+    return 0;
+}
+
+/* This run's segment objects under the remote prefix (keys exactly where remote_key puts a
+ * segment). 0, or < 0 with the error printed. */
+static int collect_remote(const dstl_config *c, const char *run, name_set *found, char *where, size_t where_cap)
+{
+    config_values cv;
+    remote_loc loc;
+    int rc = config_resolve(c, &cv);
+    if (rc == 0) rc = remote_parse_uri(cv.remote_uri, "key 'dstl.remote.uri'", &loc);
+    if (rc < 0) {
+        fprintf(stderr, "dstl demo: %s\n", dstl_last_error());
+        return rc;
+    }
+    snprintf(where, where_cap, "s3://%s/%s", loc.bucket, loc.prefix);
+    s3_client *cli = NULL;
+    if ((rc = remote_client_new(&cv, &cli)) < 0) {
+        fprintf(stderr, "dstl demo: %s: %s\n", where, dstl_last_error());
+        return rc;
+    }
+    char prefix[520];
+    remote_list_prefix(&loc, prefix, sizeof prefix);
+    s3_list l;
+    memset(&l, 0, sizeof l);
+    s3_result r;
+    memset(&r, 0, sizeof r);
+    rc = s3_list_objects_all_sync(cli, loc.bucket, prefix, 0, &l, &r);
+    if (rc < 0) fprintf(stderr, "dstl demo: list %s: %s\n", where, *r.error ? r.error : dstl_strerror(rc));
+    for (size_t i = 0; rc == 0 && i < l.n_objects; i++) {
+        const char *key = l.objects[i].key, *name = strrchr(key, '/');
+        name = name ? name + 1 : key;
+        char want[640];
+        if (!of_run(run, name) || remote_key(&loc, name, want, sizeof want) < 0 || strcmp(want, key) != 0) continue;
+        if ((rc = names_add(found, name)) < 0) fprintf(stderr, "dstl demo: out of memory\n");
+    }
+    s3_list_clear(&l);
+    s3_client_free(cli);
+    return rc;
+}
+
+/* Compares what is left (found) with what the last handles reference (want), both sorted;
+ * prints the difference. 1 when they are the same set. */
+static int same_set(const name_set *found, const name_set *want, const char *where)
+{
+    size_t extra = 0, missing = 0, i = 0, k = 0;
+    const char *first_extra = NULL, *first_missing = NULL;
+    while (i < found->n || k < want->n) {
+        int d = i == found->n ? 1 : k == want->n ? -1 : strcmp(found->v[i], want->v[k]);
+        if (d < 0) {
+            if (!extra++) first_extra = found->v[i];
+            i++;
+        } else if (d > 0) {
+            if (!missing++) first_missing = want->v[k];
+            k++;
+        } else {
+            i++;
+            k++;
+        }
+    }
+    if (extra)
+        fprintf(stderr, "dstl demo: %s holds %zu segment(s) of this run that no last handle references (first: %s)\n",
+                where, extra, first_extra);
+    if (missing)
+        fprintf(stderr, "dstl demo: %s lacks %zu segment(s) the last handles reference (first: %s)\n", where, missing,
+                first_missing);
+    return !extra && !missing;
+}
+
+/* After the run's storage closed: its segments left locally and remotely must be exactly the
+ * ones its last handles reference. Prints one line; 0 when that holds, -1 otherwise. */
+static int check_footprint(const dstl_config *c, const char *run, writer_job *jobs, int nwriters, uint64_t written)
+{
+    name_set want = {0}, local = {0}, remote = {0};
+    int ok = 1;
+    for (int i = 0; ok && i < nwriters; i++) {
+        wire_handle *wh = NULL;
+        wire_err e = {{0}};
+        if (wire_handle_decode(jobs[i].last, jobs[i].last_len, &wh, &e) < 0) {
+            fprintf(stderr, "dstl demo: writer %d: its last handle does not decode: %s\n", i, e.msg);
+            ok = 0;
+            break;
+        }
+        for (size_t k = 0; ok && k < wh->nsegs; k++) {
+            if (!of_run(run, wh->segs[k].name)) {
+                fprintf(stderr, "dstl demo: writer %d: its last handle references %s, not a segment of this run\n", i,
+                        wh->segs[k].name);
+                ok = 0;
+            } else if (names_add(&want, wh->segs[k].name) < 0) {
+                fprintf(stderr, "dstl demo: out of memory\n");
+                ok = 0;
+            }
+        }
+        wire_handle_free(wh);
+    }
+    names_sort(&want);
+    const char *dir = dstl_config_get(c, "dstl.local.dir"), *uri = dstl_config_get(c, "dstl.remote.uri");
+    local_scan ls = {.run = run, .found = &local};
+    if (ok) {
+        int rc = segstore_list(dir, collect_local, &ls);
+        if (rc < 0) {
+            fprintf(stderr, "dstl demo: %s\n", ls.err ? "out of memory" : dstl_last_error());
+            ok = 0;
+        }
+    }
+    names_sort(&local);
+    if (ok) ok = same_set(&local, &want, dir);
+    char where[600] = "";
+    if (ok && *uri) {
+        ok = collect_remote(c, run, &remote, where, sizeof where) == 0;
+        names_sort(&remote);
+        if (ok) ok = same_set(&remote, &want, where);
+    }
+    if (ok)
+        printf("footprint: this run (%s) wrote %" PRIu64 " segments and deleted %" PRIu64 " of them itself (truncate, "
+               "discard, close); %zu remain, exactly the ones its last handles reference, in %s%s%s\n",
+               run, written, written >= local.n ? written - local.n : 0, local.n, dir, *where ? " and " : "", where);
+    names_free(&want);
+    names_free(&local);
+    names_free(&remote);
+    return ok ? 0 : -1;
+}
+
 int cmd_demo(const cmd_globals *g, int argc, char **argv)
 {
     int nwriters = 16;
-    double duration = 15, rate = 4000;
+    double duration = 15, rate = 4000, materialize = 10;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--writers") && i + 1 < argc) nwriters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
         else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--materialize-every") && i + 1 < argc) materialize = atof(argv[++i]);
         else {
             fprintf(stderr, "dstl demo: unknown argument %s\n"
-                            "usage: dstl demo [--writers N] [--duration S] [--rate RECORDS_PER_S_PER_WRITER]\n", argv[i]);
+                            "usage: dstl demo [--writers N] [--duration S] [--rate RECORDS_PER_S_PER_WRITER] "
+                            "[--materialize-every S]\n", argv[i]);
             return 2;
         }
     }
-    if (nwriters < 1 || nwriters > 4096 || duration <= 0 || duration > 86400 || rate <= 0) {
-        fprintf(stderr, "dstl demo: --writers 1..4096, --duration 0..86400 s and --rate > 0\n");
+    if (nwriters < 1 || nwriters > 4096 || duration <= 0 || duration > 86400 || rate <= 0 || !(materialize >= 1)) {
+        fprintf(stderr, "dstl demo: --writers 1..4096, --duration 0..86400 s, --rate > 0 and --materialize-every "
+                        ">= 1 s\n");
         return 2;
     }
     dstl_config *c = cmd_config(g, NULL);
@@ -284,13 +481,16 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
         dstl_config_free(c);
         return 1;
     }
-    printf("dstl demo: %d writers, %.0f s, %.0f records/s each, local dir %s, durability %s, persist-delay %s\n",
-           nwriters, duration, rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
+    char run[64];
+    snprintf(run, sizeof run, "%s", storage_run_id(s));
+    printf("dstl demo: run %s, %d writers, %.0f s, %.0f records/s each, local dir %s, durability %s, persist-delay %s\n",
+           run, nwriters, duration, rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
            dstl_config_get(c, "dstl.batch.persist-delay"));
     writer_job *jobs = calloc((size_t)nwriters, sizeof *jobs);
     pthread_t *th = calloc((size_t)nwriters, sizeof *th);
     for (int i = 0; i < nwriters; i++) {
-        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = duration, .rate = rate, .ok = 1};
+        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = duration, .rate = rate,
+                               .materialize_s = materialize, .ok = 1};
         pthread_create(&th[i], NULL, writer_main, &jobs[i]);
     }
     printf("%4s %10s %8s %9s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "segments/s",
@@ -326,6 +526,9 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
         fprintf(stderr, "dstl demo: close: %s\n", dstl_last_error());
         ok = 0;
     }
+    /* No sweep: the run deleted what it no longer needs itself; check that it did, and that
+     * it left exactly what its last handles need (other runs' files are not looked at). */
+    if (ok && check_footprint(c, run, jobs, nwriters, st.segments_written) < 0) ok = 0;
 
     /* Recovery through a fresh storage, as after a restart. */
     uint64_t records = 0;
@@ -340,29 +543,32 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
             }
             if (h) keep[nkeep++] = h;
         }
-        dstl_gc_report rep;
-        if (ok && dstl_gc(s, (const dstl_handle *const *)keep, nkeep, 0, 0, &rep) == 0)
-            printf("gc: %" PRIu64 " segments scanned, %" PRIu64 " kept for the last handles, %" PRIu64 " deleted\n",
-                   rep.scanned, rep.kept_live, rep.deleted);
-        else if (ok) {
-            fprintf(stderr, "dstl demo: gc: %s\n", dstl_last_error());
-            ok = 0;
-        }
         dstl_storage_close(s);
     } else if (ok) {
         fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
         ok = 0;
     }
-    /* Keep the last handles beside the data, for `dstl cat` and `dstl gc --live`. */
+    /* Keep the last handles beside the data, for `dstl cat` and `dstl gc --live`: one
+     * directory per run, so demos sharing a dir keep theirs apart. */
     if (ok && nkeep) {
         char hdir[4200];
         snprintf(hdir, sizeof hdir, "%s/handles", dstl_config_get(c, "dstl.local.dir"));
-        mkdir(hdir, 0755);
-        for (size_t i = 0; i < nkeep; i++) {
+        if (mkdir(hdir, 0755) < 0 && errno != EEXIST) {
+            fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
+            ok = 0;
+        }
+        size_t n = strlen(hdir);
+        snprintf(hdir + n, sizeof hdir - n, "/%s", run);
+        if (ok && mkdir(hdir, 0755) < 0) {
+            fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
+            ok = 0;
+        }
+        for (size_t i = 0; ok && i < nkeep; i++) {
             char path[4400];
             snprintf(path, sizeof path, "%s/%s.handle", hdir, dstl_handle_writer_id(keep[i]));
-            if (cmd_write_handle(path, keep[i]) < 0) {
-                fprintf(stderr, "dstl demo: writing %s: %s\n", path, dstl_last_error());
+            int rc = cmd_write_handle(path, keep[i]);
+            if (rc < 0) {
+                fprintf(stderr, "dstl demo: writing %s: %s\n", path, dstl_strerror(rc));
                 ok = 0;
             }
         }

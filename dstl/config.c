@@ -134,6 +134,45 @@ static int find_key(const char *key)
     return -1;
 }
 
+/* Longest name an error repeats as "unknown key": every table key is far shorter. */
+#define SHOWN_KEY_MAX 96
+
+/* Whether text that is not a table key may be repeated in an error as the unknown key it
+ * claims to be: a dotted name of key characters, starting with a letter ("dstl.s3.secret_key",
+ * "s3.endpoint"). Anything else ("dstl.s3.secret-key=abc", "wJalrXUtnFEMI/K7MDENG") may be a
+ * value in the wrong place, a secret among them, and is not repeated. */
+static int shows_as_key(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > SHOWN_KEY_MAX || !isalpha((unsigned char)s[0]) || !strchr(s, '.')) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '.' && s[i] != '-' && s[i] != '_') return 0;
+    return 1;
+}
+
+/* The error for key, not in the table (where: "" or "path:line: "). */
+static int unknown_key(const char *where, const char *key)
+{
+    if (shows_as_key(key)) return err_fail(DSTL_ECONFIG, "%sunknown configuration key '%s'", where, key);
+    return err_fail(DSTL_ECONFIG, "%snot a configuration key (the text is not shown: it may hold a secret; keys "
+                                  "look like dstl.local.dir)", where);
+}
+
+int config_key_prefix(const char *text)
+{
+    int best = -1;
+    size_t best_len = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        size_t n = strlen(keys[i].info.key);
+        if (n > best_len && strncmp(text, keys[i].info.key, n) == 0 &&
+            (text[n] == '\0' || text[n] == ':' || text[n] == '=' || isspace((unsigned char)text[n]))) {
+            best = (int)i;
+            best_len = n;
+        }
+    }
+    return best;
+}
+
 /* ---- value parsers: strict; no trailing garbage, no negative numbers, no overflow ---- */
 
 static int parse_u64_prefix(const char *s, uint64_t *v, const char **rest)
@@ -329,7 +368,7 @@ int dstl_config_set(dstl_config *c, const char *key, const char *value)
 {
     if (!c || !key || !value) return err_fail(-EINVAL, "dstl_config_set: NULL argument");
     int i = find_key(key);
-    if (i < 0) return err_fail(DSTL_ECONFIG, "unknown configuration key '%s'", key);
+    if (i < 0) return unknown_key("", key);
     int rc = parse_value(&keys[i], value, NULL, "");
     return rc < 0 ? rc : set_from(c, i, value, SRC_SET);
 }
@@ -374,14 +413,22 @@ int dstl_config_load(dstl_config *c, const char *path)
         if (!*s) continue;
         char *colon = strchr(s, ':');
         if (!colon) {
-            rc = err_fail(DSTL_ECONFIG, "%sexpected 'key: value', got '%.64s'", where, s);
+            /* The line may be "key value" or "key=value" with a secret value: never repeat
+             * it; name the key only when it starts the line. */
+            int k = config_key_prefix(s);
+            if (k >= 0)
+                rc = err_fail(DSTL_ECONFIG, "%sexpected 'key: value': key '%s' is not followed by ':' (the rest of "
+                                            "the line is not shown)", where, keys[k].info.key);
+            else
+                rc = err_fail(DSTL_ECONFIG, "%sexpected 'key: value', found no ':' (the line is not shown: it may "
+                                            "hold a secret)", where);
             break;
         }
         *colon = '\0';
         char *key = trim(s), *value = trim(colon + 1);
         int i = find_key(key);
         if (i < 0) {
-            rc = err_fail(DSTL_ECONFIG, "%sunknown configuration key '%s'", where, key);
+            rc = unknown_key(where, key);
             break;
         }
         if ((rc = parse_value(&keys[i], value, NULL, where)) < 0) break;

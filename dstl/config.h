@@ -68,6 +68,10 @@ typedef struct {
 } config_key_info;
 size_t config_nkeys(void);
 const config_key_info *config_key(size_t i);
+/* The index of the table key that text starts with, followed by its end, ':', '=' or
+ * whitespace; -1 when none. Lets an error about malformed input name the key without
+ * repeating what follows it (it may be a secret). */
+int config_key_prefix(const char *text);
 
 /* Parsers shared with the command line (--duration 10s, --min-age 1h). */
 int config_parse_duration_us(const char *s, uint64_t *us);

@@ -1,6 +1,12 @@
 /*
  * dstl/error.c — error codes to text, the thread-local last-error detail, the version.
  * Thread-safe: the detail is per thread; strerror texts are constants.
+ *
+ * Invariant: err_fail may be given dstl_last_error() itself as an argument (a layer adding
+ * its context to the detail of the layer below: "dstl.local.dir %s: %s", dir,
+ * dstl_last_error()). It therefore formats into a buffer of its own and copies the result
+ * over the detail only afterwards; formatting straight into the detail would read the
+ * argument while overwriting it (undefined behaviour, garbled text).
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -14,10 +20,13 @@ static _Thread_local char last_error[1024];
 
 int err_fail(int code, const char *fmt, ...)
 {
+    char buf[sizeof last_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    if (n < 0) snprintf(buf, sizeof buf, "(error detail could not be formatted)");
+    memcpy(last_error, buf, strlen(buf) + 1);
     return code;
 }
 

@@ -1,55 +1,33 @@
 /*
  * The dstl command on a local dir: cat renders canonical state changes as JSON lines (with a
  * key-group filter), ls lists segments with their writers, verify checks every byte and
- * names a corrupt file, gc keeps what live handles need.
+ * names a corrupt file, gc keeps what live handles need and refuses to run without a live
+ * set, --dry-run changes nothing, demos clean up only after themselves, and errors neither
+ * garble their detail nor repeat a secret.
  */
 #include <criterion/criterion.h>
-#include <stdarg.h>
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 
 #include "dstl.h"
+#include "dstl/err.h"
 #include "tests/helpers.h"
+#include "tests/helpers_cmd.h"
 #include "tests/helpers_dstl.h"
 #include "wire/wire.h"
 
 static char *dir;
 static char data[4200], hfile[4200];
 
-static const char *bin(void)
-{
-    const char *b = getenv("DSTL_TEST_BIN");
-    return b && *b ? b : "build/dstl";
-}
+static const char *bin(void) { return t_cmd_bin(); }
 
-/* Runs a shell command; its stdout in a malloc'd string; *status the exit status. */
-static char *run(int *status, const char *fmt, ...)
-{
-    char cmd[16384], out[4300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    snprintf(out, sizeof out, "%s/out.txt", dir);
-    char full[24000];
-    snprintf(full, sizeof full, "%s > '%s' 2>&1", cmd, out);
-    int st = system(full);
-    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 255;
-    size_t len = 0;
-    char *text = t_read_file(out, &len);
-    text = realloc(text, len + 1);
-    text[len] = '\0';
-    return text;
-}
-
-static size_t count(const char *text, const char *needle)
-{
-    size_t n = 0;
-    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
-    return n;
-}
+#define run(status, ...) t_cmd_run(dir, status, __VA_ARGS__)
+#define count t_cmd_count
 
 static void setup(void)
 {
@@ -136,31 +114,6 @@ Test(dstl_cmd, ls_and_verify_report_segments)
     free(out);
 }
 
-Test(dstl_cmd, gc_keeps_live_and_deletes_the_rest)
-{
-    int st;
-    char *out = run(&st, "'%s' gc '%s' --live '%s' --dry-run", bin(), data, hfile);
-    cr_assert_eq(st, 0, "%s", out);
-    cr_expect(strstr(out, "dry run: 1 scanned, 0 deleted") != NULL, "%s", out);
-    free(out);
-    out = run(&st, "'%s' gc '%s' --dry-run", bin(), data);
-    cr_assert_eq(st, 0, "%s", out);
-    cr_expect(strstr(out, "1 deleted") != NULL, "%s", out);
-    free(out);
-    cr_expect_eq(t_count_segments(data), 1, "a dry run deleted something");
-    out = run(&st, "'%s' gc '%s' --min-age 1h", bin(), data);
-    cr_expect(strstr(out, "1 kept young") != NULL, "%s", out);
-    free(out);
-    out = run(&st, "'%s' gc '%s'", bin(), data);
-    cr_expect(strstr(out, "1 deleted") != NULL, "%s", out);
-    free(out);
-    cr_expect_eq(t_count_segments(data), 0);
-    out = run(&st, "'%s' gc '%s' --live /nonexistent.handle", bin(), data);
-    cr_expect_neq(st, 0);
-    cr_expect(strstr(out, "/nonexistent.handle") != NULL, "%s", out);
-    free(out);
-}
-
 Test(dstl_cmd, bad_config_names_the_key)
 {
     int st;
@@ -168,4 +121,485 @@ Test(dstl_cmd, bad_config_names_the_key)
     cr_expect_neq(st, 0);
     cr_expect(strstr(out, "dstl.batch.persist-delay") != NULL, "%s", out);
     free(out);
+}
+
+/* ---- helpers for gc and demo tests ---- */
+
+/* Sets the mtime of every entry of d (not recursing) to ago_s seconds in the past. */
+static void age_entries(const char *d, int ago_s)
+{
+    DIR *dd = opendir(d);
+    cr_assert_not_null(dd, "%s: %s", d, strerror(errno));
+    struct dirent *e;
+    struct timeval tv[2];
+    gettimeofday(&tv[0], NULL);
+    tv[0].tv_sec -= ago_s;
+    tv[1] = tv[0];
+    while ((e = readdir(dd))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[4600];
+        snprintf(p, sizeof p, "%s/%s", d, e->d_name);
+        cr_assert_eq(utimes(p, tv), 0, "%s: %s", p, strerror(errno));
+    }
+    closedir(dd);
+}
+
+/* A second writer's segment in data that no saved handle references: an orphan. */
+static void add_orphan(void)
+{
+    dstl_storage *s = t_storage_open(data, NULL);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "operator-8", 0, 7, &w), 0);
+    t_append_n(w, 8, 10, 0, 8, 64);
+    dstl_handle *h = t_persist(w, 0, 1);
+    dstl_handle_free(h);
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
+
+static int exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+Test(dstl_cmd, gc_refuses_without_a_live_set)
+{
+    age_entries(data, 7200);
+    static const char *const forms[] = {"", "--min-age 0", "--live", "--dry-run --min-age 0", "--live --min-age 0"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        int st;
+        char *out = run(&st, "'%s' gc '%s' %s", bin(), data, forms[i]);
+        cr_expect_eq(st, 2, "gc %s: exit %d: %s", forms[i], st, out);
+        cr_expect(strstr(out, "refusing to run without a live set") != NULL, "gc %s: %s", forms[i], out);
+        cr_expect(strstr(out, "--no-live-handles") != NULL && strstr(out, "--live HANDLE_FILE") != NULL,
+                  "gc %s: the message names neither way out: %s", forms[i], out);
+        cr_expect(strstr(out, "every segment of a dead run older than --min-age") != NULL,
+                  "gc %s: the message does not say what --no-live-handles means: %s", forms[i], out);
+        free(out);
+        cr_expect_eq(t_count_segments(data), 1, "gc %s deleted something", forms[i]);
+    }
+    int st;
+    char *out = run(&st, "'%s' gc '%s' --live '%s' --no-live-handles --min-age 0", bin(), data, hfile);
+    cr_expect_eq(st, 2, "%s", out);
+    cr_expect(strstr(out, "contradict") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 1);
+}
+
+Test(dstl_cmd, gc_no_live_handles_deletes_old_segments)
+{
+    add_orphan();
+    age_entries(data, 7200);
+    int st;
+    char *out = run(&st, "'%s' gc '%s' --no-live-handles", bin(), data);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "2 scanned, 2 deleted") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 0);
+}
+
+Test(dstl_cmd, gc_default_min_age_keeps_young_orphans)
+{
+    add_orphan();
+    int st;
+    char *out = run(&st, "'%s' gc '%s' --no-live-handles", bin(), data);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "min-age 1h") != NULL, "%s", out);
+    cr_expect(strstr(out, "0 deleted") != NULL && strstr(out, "2 kept young") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 2);
+    /* an explicit --min-age below their age lets them go */
+    age_entries(data, 3600 + 600);
+    out = run(&st, "'%s' gc '%s' --no-live-handles --min-age 30min", bin(), data);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "2 deleted") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 0);
+}
+
+Test(dstl_cmd, gc_keeps_what_live_handles_reference)
+{
+    add_orphan();
+    age_entries(data, 7200);
+    int st;
+    char *out = run(&st, "'%s' gc '%s' --live '%s' --dry-run", bin(), data, hfile);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "2 scanned, 1 would be deleted") != NULL && strstr(out, "1 kept live") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 2, "a dry run deleted something");
+    out = run(&st, "'%s' gc '%s' --live '%s'", bin(), data, hfile);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "2 scanned, 1 deleted") != NULL && strstr(out, "1 kept live") != NULL, "%s", out);
+    free(out);
+    cr_expect_eq(t_count_segments(data), 1);
+    out = run(&st, "'%s' cat '%s' --dir '%s'", bin(), hfile, data);
+    cr_expect_eq(st, 0, "the live handle no longer reads: %s", out);
+    free(out);
+}
+
+Test(dstl_cmd, gc_unreadable_handle_is_an_error)
+{
+    age_entries(data, 7200);
+    char bad[4300], sub[4300];
+    snprintf(bad, sizeof bad, "%s/bad.handle", dir);
+    snprintf(sub, sizeof sub, "%s/adir.handle", dir);
+    cr_assert_eq(t_write_file(bad, "not a handle", 12), 0);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    const char *const files[] = {"/nonexistent.handle", bad, sub};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        int st;
+        /* with a good handle before it: the bad one must not just be left out */
+        char *out = run(&st, "'%s' gc '%s' --live '%s' '%s' --min-age 0", bin(), data, hfile, files[i]);
+        cr_expect_neq(st, 0, "%s: %s", files[i], out);
+        cr_expect(strstr(out, files[i]) != NULL, "the error does not name %s: %s", files[i], out);
+        free(out);
+        out = run(&st, "'%s' gc '%s' --live '%s' --min-age 0", bin(), data, files[i]);
+        cr_expect_neq(st, 0, "%s: %s", files[i], out);
+        free(out);
+        cr_expect_eq(t_count_segments(data), 1, "gc with the unreadable %s deleted something", files[i]);
+    }
+}
+
+Test(dstl_cmd, gc_dry_run_changes_nothing)
+{
+    add_orphan();
+    char p[4300];
+    snprintf(p, sizeof p, "%s/0123456789abcdef.lock", data);
+    cr_assert_eq(t_write_file(p, "", 0), 0);
+    age_entries(data, 7200);
+    char *before = t_cmd_tree(data);
+    cr_assert_not_null(before);
+    static const char *const forms[] = {"--no-live-handles", "--no-live-handles --min-age 0", "--live '%s'",
+                                        "--live '%s' --min-age 0"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char args[4400];
+        snprintf(args, sizeof args, forms[i], hfile);
+        int st;
+        char *out = run(&st, "'%s' gc '%s' %s --dry-run", bin(), data, args);
+        cr_expect_eq(st, 0, "%s", out);
+        cr_expect(strstr(out, "dry run: nothing was changed") != NULL, "%s", out);
+        cr_expect(strstr(out, i < 2 ? "2 would be deleted" : "1 would be deleted") != NULL, "gc %s: %s", args, out);
+        free(out);
+        char *after = t_cmd_tree(data);
+        cr_assert_not_null(after);
+        cr_expect_str_eq(after, before, "gc %s --dry-run changed the tree", args);
+        free(after);
+    }
+    free(before);
+}
+
+Test(dstl_cmd, gc_on_a_missing_dir_creates_nothing)
+{
+    char missing[4400], parent[4300], file[4300];
+    snprintf(parent, sizeof parent, "%s/missing", dir);
+    snprintf(missing, sizeof missing, "%s/sub", parent);
+    snprintf(file, sizeof file, "%s/plain", dir);
+    cr_assert_eq(t_write_file(file, "x", 1), 0);
+    static const char *const forms[] = {"--no-live-handles --dry-run", "--no-live-handles --min-age 0",
+                                        "--live '%s' --dry-run", "--live '%s' --min-age 0"};
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        char args[4400];
+        snprintf(args, sizeof args, forms[i], hfile);
+        int st;
+        char *out = run(&st, "'%s' gc '%s' %s", bin(), missing, args);
+        cr_expect_eq(st, 1, "gc %s: %s", args, out);
+        cr_expect(strstr(out, missing) != NULL && strstr(out, "No such file or directory") != NULL,
+                  "gc %s: the error does not name the dir: %s", args, out);
+        free(out);
+        cr_expect(!exists(parent), "gc %s created %s", args, parent);
+        out = run(&st, "'%s' gc '%s' %s", bin(), file, args);
+        cr_expect_eq(st, 1, "gc %s: %s", args, out);
+        cr_expect(strstr(out, file) != NULL && strstr(out, "not a directory") != NULL, "%s", out);
+        free(out);
+    }
+}
+
+Test(dstl_cmd, ls_verify_gc_count_only_segment_files)
+{
+    /* what shares a local dir: run locks, the reader cache, handle dirs, stray files */
+    static const char *const files[] = {"0123456789abcdef.lock", "fedcba9876543210.lock", "notes.txt",
+                                        "x.seg.tmp", "handles/h.handle"};
+    static const char *const dirs[] = {"z.seg", "handles", "cache"};
+    char p[4400];
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", data, dirs[i]);
+        cr_assert_eq(mkdir(p, 0755), 0, "%s: %s", p, strerror(errno));
+    }
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", data, files[i]);
+        cr_assert_eq(t_write_file(p, "abc", 3), 0);
+    }
+    age_entries(data, 7200);
+    int st;
+    char *out = run(&st, "'%s' ls '%s'", bin(), data);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "\n1 segment files") != NULL && strstr(out, "0 empty, 0 corrupt") != NULL, "%s", out);
+    cr_expect(strstr(out, ".lock") == NULL && strstr(out, "notes") == NULL, "%s", out);
+    free(out);
+    out = run(&st, "'%s' verify '%s'", bin(), data);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "\n1 segment files") != NULL && strstr(out, "0 empty, 0 corrupt") != NULL, "%s", out);
+    free(out);
+    out = run(&st, "'%s' gc '%s' --no-live-handles --min-age 0", bin(), data);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "1 scanned, 1 deleted") != NULL, "%s", out);
+    free(out);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", data, files[i]);
+        cr_expect(exists(p), "gc removed %s", p);
+    }
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", data, dirs[i]);
+        cr_expect(exists(p), "gc removed %s", p);
+    }
+}
+
+/* ---- error details ---- */
+
+/* The detail of a local dir that is a regular file, from the API and from the command. */
+static void expect_not_a_directory(const char *detail, const char *path)
+{
+    static const char phrase[] = "exists and is not a directory";
+    cr_expect_eq(count(detail, phrase), 1, "garbled detail: '%s'", detail);
+    const char *end = strstr(detail, phrase);
+    cr_expect(end && (end[sizeof phrase - 1] == '\0' || end[sizeof phrase - 1] == '\n'),
+              "the detail does not end with what is wrong: '%s'", detail);
+    size_t n = count(detail, path);
+    cr_expect(n >= 1 && n <= 2, "the path appears %zu times (once per layer expected): '%s'", n, detail);
+    cr_expect_leq(count(detail, "dstl.local.dir"), 1, "garbled detail: '%s'", detail);
+}
+
+Test(dstl_cmd, local_dir_that_is_a_file_gives_a_clean_detail)
+{
+    char file[4300];
+    snprintf(file, sizeof file, "%s/a-regular-file", dir);
+    cr_assert_eq(t_write_file(file, "x", 1), 0);
+    dstl_config *c = NULL;
+    cr_assert_eq(dstl_config_new(&c), 0);
+    cr_assert_eq(dstl_config_set(c, "dstl.local.dir", file), 0);
+    dstl_storage *s = NULL;
+    cr_expect_eq(dstl_storage_open(c, &s), -ENOTDIR, "%s", dstl_last_error());
+    cr_expect_null(s);
+    char detail[2048];
+    snprintf(detail, sizeof detail, "%s", dstl_last_error());
+    expect_not_a_directory(detail, file);
+    dstl_config_free(c);
+    int st;
+    char *out = run(&st, "'%s' cat '%s' --dir '%s'", bin(), hfile, file);
+    cr_expect_eq(st, 1, "%s", out);
+    expect_not_a_directory(out, file);
+    free(out);
+}
+
+Test(dstl_error, a_detail_may_carry_the_previous_one)
+{
+    char inner[300];
+    memset(inner, 'i', sizeof inner - 1);
+    inner[sizeof inner - 1] = '\0';
+    cr_expect_eq(err_fail(-5, "inner %s", inner), -5);
+    cr_expect_eq(err_fail(-6, "outer %s: %s", "x", dstl_last_error()), -6);
+    char want[400];
+    snprintf(want, sizeof want, "outer x: inner %s", inner);
+    cr_expect_str_eq(dstl_last_error(), want);
+    /* a detail that fills the buffer, wrapped again: cut, never garbled */
+    char big[2000];
+    memset(big, 'b', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    err_fail(-1, "%s", big);
+    err_fail(-1, "wrap: %s", dstl_last_error());
+    const char *d = dstl_last_error();
+    cr_expect(strncmp(d, "wrap: bbbb", 10) == 0, "'%.40s'", d);
+    cr_expect_eq(strspn(d + 6, "b"), strlen(d) - 6, "garbled: '%.80s'", d);
+    cr_expect_geq(strlen(d), 1000);
+}
+
+/* ---- secrets ---- */
+
+Test(dstl_cmd, set_errors_never_repeat_the_value)
+{
+    static const struct { const char *arg, *want, *key; } cases[] = {
+        {"dstl.s3.secret-key:TOPSECRET", "--set argument 1: expected key=value", "dstl.s3.secret-key"},
+        {"dstl.s3.secret-key TOPSECRET", "--set argument 1: expected key=value", "dstl.s3.secret-key"},
+        {"TOPSECRET", "--set argument 1: expected key=value", NULL},
+        {"dstl.s3.secret-key:TOPSECRET=x", "--set argument 1: not a configuration key", NULL},
+        {"dstl.s3.secret-key", "--set argument 1: key 'dstl.s3.secret-key' has no value", NULL},
+        {"dstl.s3.secret-kye=TOPSECRET", "--set argument 1: unknown configuration key 'dstl.s3.secret-kye'", NULL},
+        {"dstl.s3.secret-key=a\nTOPSECRET", "--set argument 1: key 'dstl.s3.secret-key': bad value '<secret>'", NULL},
+        {"dstl.s3.session-token=a\nTOPSECRET", "--set argument 1: key 'dstl.s3.session-token'", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int st;
+        char *out = run(&st, "'%s' --set \"$(printf '%%b' '%s')\" config", bin(), cases[i].arg);
+        cr_expect_eq(st, 1, "--set %s: exit %d: %s", cases[i].arg, st, out);
+        cr_expect(strstr(out, "TOPSECRET") == NULL, "--set %s: the error repeats the value: %s", cases[i].arg, out);
+        cr_expect(strstr(out, cases[i].want) != NULL, "--set %s: '%s' lacks '%s'", cases[i].arg, out, cases[i].want);
+        if (cases[i].key) cr_expect(strstr(out, cases[i].key) != NULL, "--set %s: key not named: %s", cases[i].arg, out);
+        free(out);
+    }
+    int st;
+    char *out = run(&st, "'%s' --set dstl.s3.region=eu-west-1 --set TOPSECRET config", bin());
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "--set argument 2") != NULL && strstr(out, "TOPSECRET") == NULL, "%s", out);
+    free(out);
+}
+
+Test(dstl_cmd, config_file_and_environment_errors_never_repeat_a_secret)
+{
+    static const struct { const char *text, *want; } cases[] = {
+        {"dstl.s3.secret-key TOPSECRET\n", ":1: expected 'key: value': key 'dstl.s3.secret-key'"},
+        {"# x\n\nTOPSECRET\n", ":3: expected 'key: value'"},
+        {"dstl.s3.secret-key=TOPSECRET\n", ":1: expected 'key: value': key 'dstl.s3.secret-key'"},
+        {"dstl.s3.secret-key=TOPSECRET:x\n", ":1: not a configuration key"},
+        {"aws_secret_access_key = TOPSECRET:x\n", ":1: not a configuration key"},
+    };
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/bad.conf", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(t_write_file(conf, cases[i].text, strlen(cases[i].text)), 0);
+        int st;
+        char *out = run(&st, "'%s' --config '%s' config", bin(), conf);
+        cr_expect_eq(st, 1, "%s", out);
+        cr_expect(strstr(out, "TOPSECRET") == NULL, "'%s': the error repeats the secret: %s", cases[i].text, out);
+        cr_expect(strstr(out, conf) != NULL && strstr(out, cases[i].want) != NULL, "'%s': '%s' lacks '%s'",
+                  cases[i].text, out, cases[i].want);
+        free(out);
+    }
+    static const char *const envs[] = {"DSTL_S3_SECRET_KEY", "DSTL_S3_ACCESS_KEY", "DSTL_S3_SESSION_TOKEN"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        int st;
+        char *out = run(&st, "%s=\"$(printf 'a\\nTOPSECRET')\" '%s' config", envs[i], bin());
+        cr_expect_eq(st, 1, "%s", out);
+        cr_expect(strstr(out, "TOPSECRET") == NULL && strstr(out, envs[i]) != NULL, "%s: %s", envs[i], out);
+        free(out);
+    }
+}
+
+Test(dstl_cmd, config_hides_secrets_from_every_source)
+{
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/s.conf", dir);
+    const char *text = "dstl.s3.secret-key: TOPSECRET-FILE\n";
+    cr_assert_eq(t_write_file(conf, text, strlen(text)), 0);
+    int st;
+    char *out = run(&st, "DSTL_S3_SESSION_TOKEN=TOPSECRET-ENV '%s' --config '%s' --set dstl.s3.access-key=TOPSECRET-SET "
+                         "config", bin(), conf);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "TOPSECRET") == NULL, "%s", out);
+    cr_expect(strstr(out, "dstl.s3.access-key: <set, hidden>\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "dstl.s3.secret-key: <set, hidden>\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "dstl.s3.session-token: <set, hidden>\n") != NULL, "%s", out);
+    free(out);
+}
+
+Test(dstl_cmd, long_set_values_are_kept_whole)
+{
+    char v[3000];
+    int n = snprintf(v, sizeof v, "/tmp/");
+    while (n < 2000) n += snprintf(v + n, sizeof v - (size_t)n, "abcdefghij");
+    int st;
+    char *out = run(&st, "'%s' --set 'dstl.metrics.file=%s' config", bin(), v);
+    cr_assert_eq(st, 0, "%s", out);
+    char want[3100];
+    snprintf(want, sizeof want, "dstl.metrics.file: %s\n", v);
+    cr_expect(strstr(out, want) != NULL, "the value was cut: %.200s", out);
+    free(out);
+}
+
+/* ---- demo ---- */
+
+/* The handle dir a demo's output names (the "last handles: " line), malloc'd, or NULL. */
+static char *handle_dir(const char *out)
+{
+    const char *p = strstr(out, "last handles: ");
+    if (!p) return NULL;
+    p += strlen("last handles: ");
+    const char *e = strstr(p, "/*.handle");
+    return e ? strndup(p, (size_t)(e - p)) : NULL;
+}
+
+/* cats every handle in hdir through --dir ldir; returns how many read back. */
+static int cat_all(const char *hdir, const char *ldir, const char *extra)
+{
+    DIR *d = opendir(hdir);
+    cr_assert_not_null(d, "%s: %s", hdir, strerror(errno));
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 8 || strcmp(e->d_name + l - 7, ".handle") != 0) continue;
+        int st;
+        char *out = run(&st, "'%s' %s cat '%s/%s' --dir '%s'", bin(), extra, hdir, e->d_name, ldir);
+        cr_expect_eq(st, 0, "cat %s/%s: %s", hdir, e->d_name, out);
+        cr_expect(strstr(out, "\"meta\":true") != NULL, "cat %s/%s: %.300s", hdir, e->d_name, out);
+        if (st == 0) n++;
+        free(out);
+    }
+    closedir(d);
+    return n;
+}
+
+Test(dstl_cmd, demo_leaves_exactly_what_its_last_handles_need)
+{
+    char ldir[4300];
+    snprintf(ldir, sizeof ldir, "%s/demo", dir);
+    int st;
+    char *out = run(&st, "'%s' --set 'dstl.local.dir=%s' demo --writers 2 --duration 3 --rate 500 "
+                         "--materialize-every 1", bin(), ldir);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "exactly the ones its last handles reference") != NULL, "%s", out);
+    cr_expect(strstr(out, "recovery: 2 writers") != NULL && strstr(out, ": OK") != NULL, "%s", out);
+    cr_expect(strstr(out, "gc:") == NULL, "the demo still sweeps: %s", out);
+    unsigned long long wrote = 0, deleted = 0;
+    const char *f = strstr(out, "footprint:");
+    cr_assert_not_null(f, "%s", out);
+    f = strstr(f, ") wrote ");
+    cr_assert(f && sscanf(f, ") wrote %llu segments and deleted %llu", &wrote, &deleted) == 2, "%s", out);
+    /* materialized each second: the segments below the truncation point went */
+    cr_expect_geq(deleted, 1, "%s", out);
+    cr_expect_eq(t_count_segments(ldir), wrote - deleted, "%s", out);
+    char *hdir = handle_dir(out);
+    cr_assert_not_null(hdir, "%s", out);
+    cr_expect_eq(cat_all(hdir, ldir, ""), 2);
+    free(hdir);
+    free(out);
+}
+
+Test(dstl_cmd, two_demos_at_once_on_one_dir_both_recover)
+{
+    char ldir[4300], o1[4300], o2[4300];
+    snprintf(ldir, sizeof ldir, "%s/shared", dir);
+    snprintf(o1, sizeof o1, "%s/demo1.txt", dir);
+    snprintf(o2, sizeof o2, "%s/demo2.txt", dir);
+    int st;
+    char *out = run(&st,
+                    "B='%s'; D='%s'; "
+                    "(\"$B\" --set dstl.local.dir=\"$D\" demo --writers 2 --duration 2 --rate 500 --materialize-every 1 "
+                    "> '%s' 2>&1; echo \"demo1 exit $?\") & "
+                    "(\"$B\" --set dstl.local.dir=\"$D\" demo --writers 2 --duration 2 --rate 500 --materialize-every 1 "
+                    "> '%s' 2>&1; echo \"demo2 exit $?\") & wait",
+                    bin(), ldir, o1, o2);
+    cr_assert_eq(st, 0, "%s", out);
+    size_t l1 = 0, l2 = 0;
+    char *t1 = t_read_file(o1, &l1), *t2 = t_read_file(o2, &l2);
+    cr_assert(t1 && t2);
+    t1 = realloc(t1, l1 + 1);
+    t2 = realloc(t2, l2 + 1);
+    t1[l1] = t2[l2] = '\0';
+    cr_expect(strstr(out, "demo1 exit 0") != NULL, "%s\n--- demo 1:\n%s", out, t1);
+    cr_expect(strstr(out, "demo2 exit 0") != NULL, "%s\n--- demo 2:\n%s", out, t2);
+    char *h1 = handle_dir(t1), *h2 = handle_dir(t2);
+    cr_assert(h1 && h2, "--- demo 1:\n%s\n--- demo 2:\n%s", t1, t2);
+    cr_expect_str_neq(h1, h2, "both demos kept their handles in one place");
+    /* both runs' last handles read back, after both ended */
+    cr_expect_eq(cat_all(h1, ldir, ""), 2);
+    cr_expect_eq(cat_all(h2, ldir, ""), 2);
+    free(out);
+    out = run(&st, "'%s' verify '%s'", bin(), ldir);
+    cr_expect_eq(st, 0, "%s", out);
+    free(out);
+    free(h1);
+    free(h2);
+    free(t1);
+    free(t2);
 }

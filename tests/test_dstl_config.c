@@ -120,6 +120,42 @@ Test(dstl_config, secrets_never_echoed)
     dstl_config_free(c);
 }
 
+Test(dstl_config, malformed_input_never_repeats_a_secret)
+{
+    dstl_config *c = new_config();
+    /* a key that is no key may be a value in the wrong place: not repeated */
+    static const char *const not_keys[] = {"dstl.s3.secret-key=TOPSECRET", "dstl.s3.secret-key TOPSECRET",
+                                           "TOPSECRET/+abc", "TOPSECRET"};
+    for (size_t i = 0; i < sizeof not_keys / sizeof not_keys[0]; i++) {
+        cr_expect_eq(dstl_config_set(c, not_keys[i], "x"), DSTL_ECONFIG);
+        cr_expect(strstr(dstl_last_error(), "TOPSECRET") == NULL, "'%s': %s", not_keys[i], dstl_last_error());
+        cr_expect(strstr(dstl_last_error(), "not a configuration key") != NULL, "%s", dstl_last_error());
+    }
+    /* a key-like unknown key is named; its value never is */
+    cr_expect_eq(dstl_config_set(c, "dstl.s3.secret_key", "TOPSECRET"), DSTL_ECONFIG);
+    cr_expect(strstr(dstl_last_error(), "unknown configuration key 'dstl.s3.secret_key'") != NULL, "%s",
+              dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), "TOPSECRET") == NULL, "%s", dstl_last_error());
+    /* every secret key's bad value is hidden */
+    for (size_t i = 0; i < config_nkeys(); i++) {
+        if (!config_key(i)->secret) continue;
+        cr_expect_eq(dstl_config_set(c, config_key(i)->key, "a\nTOPSECRET"), DSTL_ECONFIG, "%s", config_key(i)->key);
+        cr_expect(strstr(dstl_last_error(), config_key(i)->key) != NULL, "%s", dstl_last_error());
+        cr_expect(strstr(dstl_last_error(), "TOPSECRET") == NULL, "%s", dstl_last_error());
+    }
+    dstl_config_free(c);
+    /* the same from the environment, named by the variable */
+    static const char *const envs[] = {"DSTL_S3_ACCESS_KEY", "DSTL_S3_SECRET_KEY", "DSTL_S3_SESSION_TOKEN"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        setenv(envs[i], "a\nTOPSECRET", 1);
+        dstl_config *bad = NULL;
+        cr_expect_eq(dstl_config_new(&bad), DSTL_ECONFIG);
+        cr_expect(strstr(dstl_last_error(), envs[i]) != NULL, "%s", dstl_last_error());
+        cr_expect(strstr(dstl_last_error(), "TOPSECRET") == NULL, "%s", dstl_last_error());
+        unsetenv(envs[i]);
+    }
+}
+
 static char *write_conf(const char *dir, const char *text)
 {
     char *path = malloc(4200);
@@ -168,6 +204,34 @@ Test(dstl_config, file_errors_name_file_line_and_key)
     cr_expect_eq(dstl_config_load(c, "/nonexistent/dstl.conf"), -ENOENT);
     cr_expect(strstr(dstl_last_error(), "/nonexistent/dstl.conf") != NULL);
     dstl_config_free(c);
+}
+
+Test(dstl_config, file_errors_never_repeat_a_line)
+{
+    /* a line without ':' may be "key value" or "key=value" with a secret: named by file:line
+     * and at most the key it starts with */
+    static const char *cases[][2] = {
+        {"dstl.s3.secret-key TOPSECRET\n", ":1: expected 'key: value': key 'dstl.s3.secret-key' is not followed by ':'"},
+        {"dstl.s3.secret-key=TOPSECRET\n", ":1: expected 'key: value': key 'dstl.s3.secret-key' is not followed by ':'"},
+        {"dstl.local.dir: /x\nTOPSECRET\n", ":2: expected 'key: value', found no ':'"},
+        {"dstl.s3.secret-keyTOPSECRET\n", ":1: expected 'key: value', found no ':'"},
+        {"dstl.s3.secret-key=TOPSECRET:x\n", ":1: not a configuration key"},
+        {"aws_secret_access_key = TOPSECRET:x\n", ":1: not a configuration key"},
+        {"dstl.s3.secret_key: TOPSECRET\n", ":1: unknown configuration key 'dstl.s3.secret_key'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *dir = t_mkdtemp("cfg");
+        char *path = write_conf(dir, cases[i][0]);
+        dstl_config *c = new_config();
+        cr_expect_eq(dstl_config_load(c, path), DSTL_ECONFIG, "'%s' loaded", cases[i][0]);
+        cr_expect(strstr(dstl_last_error(), "TOPSECRET") == NULL, "'%s': %s", cases[i][0], dstl_last_error());
+        cr_expect(strstr(dstl_last_error(), path) != NULL, "'%s' lacks the path", dstl_last_error());
+        cr_expect(strstr(dstl_last_error(), cases[i][1]) != NULL, "'%s' lacks '%s'", dstl_last_error(), cases[i][1]);
+        dstl_config_free(c);
+        t_rm_rf(dir);
+        free(dir);
+        free(path);
+    }
 }
 
 Test(dstl_config, precedence_default_file_env_set)
