@@ -304,7 +304,7 @@ void s3_op_cancel(s3_op *op);
  * and unchanged until the callback; strings (bucket, key, ids, tokens) are copied. Keys are
  * raw (not URL-encoded). */
 
-/* r->etag; r->write_check says how the stored copy was checked (a copy that differs from
+/* r->etag; r->write_check says how the stored copy was checked (a copy that differs from the
  * body is replaced: with if_none_match the corrupt object, recognised by the ETag it came
  * back with, is deleted first). A 412 (if_none_match) or 409 ConditionalRequestConflict is
  * settled by a HEAD: our ETag (the body's MD5) -> success, another -> -EEXIST. On failure or
@@ -717,8 +717,8 @@ void s3_op_detach(s3_op *op);
 /* What a failed or cancelled write may have left, removed in this order: the multipart upload
  * upload_id is aborted; the object is HEADed and deleted when its ETag is one of etags (ours:
  * the body's MD5 or the multipart ETag; or a corrupt copy's ETag we were given back); the
- * uploads of the key are listed and every one but upload_id is aborted (strays of a retried
- * Create). Steps that are not asked for are skipped. Everything is copied. */
+ * uploads of the key are listed and every one but keep_upload_id is aborted (strays of a
+ * retried Create). Steps that are not asked for are skipped. Everything is copied. */
 typedef struct s3_cleanup_spec {
     const char *bucket, *key;
     const char *abort_upload_id;   /* NULL or "": none */

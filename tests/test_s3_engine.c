@@ -929,7 +929,8 @@ Test(s3_engine, read_back_of_a_multipart_object_after_its_complete)
     size_t len = 2500;
     char *data = malloc(len);
     memset(data, 'x', len);
-    char *wrong = strdup(data);
+    char *wrong = malloc(len);
+    memcpy(wrong, data, len);
     rule("POST", "uploads=", A_ANSWER, 200, INIT, NULL, 0);
     rule("PUT", "partNumber=", A_ANSWER, 200, NULL, "\"kms-part\"", 0);
     rule("POST", "uploadId=UP-1", A_ANSWER, 200,
@@ -1065,5 +1066,56 @@ Test(s3_engine, a_listing_to_the_end_has_its_first_pages_date)
     cr_assert_eq(l.server_date_ms, 1796155018000ll, "the first (earliest) page's Date");
     cr_assert_eq(r.server_date_ms, 1796155050000ll, "the result's is the last answer's");
     s3_list_clear(&l);
+    s3_client_free(c);
+}
+
+/* Item 1 for multipart: an upload cancelled while its Complete's NoSuchUpload is being settled
+ * by HEAD reports -ECANCELED at once, never a success the cleanup then deletes. */
+Test(s3_engine, upload_cancelled_while_settling_its_complete_reports_cancelled)
+{
+    s3_client *c = client();
+    rule("POST", "uploads=", A_ANSWER, 200, INIT, NULL, 0);
+    rule("PUT", "partNumber=", A_ANSWER, 200, NULL, "\"5eb63bbbe01eeed093cb22bb8f5acdc3\"", 0);
+    rule("POST", "uploadId=UP-1", A_ANSWER, 404, "<Error><Code>NoSuchUpload</Code></Error>", NULL, 0);
+    rule("HEAD", NULL, A_HANG, 0, NULL, NULL, 0);
+    rule("DELETE", "uploadId=UP-1", A_ANSWER, 204, NULL, NULL, 0);
+    size_t len = 2500;
+    char *data = calloc(1, len);
+    s3_upload_opts uo = {.part_size = 1000, .multipart_threshold = 2000};
+    once o = {0};
+    s3_op *op;
+    cr_assert_eq(s3_upload(c, "b", "k", data, len, &uo, &op, once_cb, &o), 0);
+    for (int i = 0; i < 20 && logged("HEAD ", NULL) < 0; i++) cr_assert_geq(s3_client_run(c, NULL, 0, 0), 0);
+    cr_assert_geq(logged("HEAD ", NULL), 0, "the Complete's answer is being settled");
+    cr_assert_eq(o.runs, 0);
+    s3_op_cancel(op);
+    cr_assert_eq(s3_client_run(c, NULL, 0, 0), 1, "the callback ran on the next turn");
+    cr_assert_eq(o.r.err, -ECANCELED, "%s", o.r.error);
+    free(data);
+    s3_client_free(c);
+}
+
+/* Item 2 for failures: a part that fails for good fails the upload at once, while the other
+ * parts and the abort hang. */
+Test(s3_engine, failed_part_reports_at_once_while_the_rest_hangs)
+{
+    s3_client *c = client();
+    rule("POST", "uploads=", A_ANSWER, 200, INIT, NULL, 0);
+    rule("PUT", "partNumber=2", A_ANSWER, 400, "<Error><Code>InvalidPart</Code></Error>", NULL, 0);
+    rule("PUT", "partNumber=", A_HANG, 0, NULL, NULL, 0);
+    rule("DELETE", "uploadId=UP-1", A_HANG, 0, NULL, NULL, 0);
+    size_t len = 2500;
+    char *data = calloc(1, len);
+    s3_upload_opts uo = {.part_size = 1000, .multipart_threshold = 2000};
+    once o = {0};
+    cr_assert_eq(s3_upload(c, "b", "k", data, len, &uo, NULL, once_cb, &o), 0);
+    for (int i = 0; i < 100 && !o.runs; i++) cr_assert_geq(s3_client_run(c, NULL, 0, 50), 0);
+    cr_assert_eq(o.r.err, DSTL_EREMOTE);
+    cr_assert(strstr(o.r.error, "(part 2 of 3)"), "%s", o.r.error);
+    cr_assert_eq(o.calls, 4, "Create and three parts, nothing waited for: %d requests", o.calls);
+    cr_assert_eq(s3_client_pending(c), 0);
+    for (int i = 0; i < 5; i++) cr_assert_geq(s3_client_run(c, NULL, 0, 0), 0);
+    cr_assert_geq(logged("DELETE ", "uploadId=UP-1"), 4, "the abort went out after the report");
+    free(data);
     s3_client_free(c);
 }
