@@ -5,6 +5,11 @@
  *                    median of 3 runs)
  *   s3.put4k_p50_us  1,000 sequential 4 KiB PUTs: median latency
  *   s3.put4k_p99_us  and 99th percentile
+ *   s3.md5_mb_s      OpenSSL MD5 over 64 MiB in memory (MiB/s, median of 3): the cost of
+ *                    checking an unsigned PUT/part by its ETag (S3_VERIFY_AUTO on RGW 16)
+ *   s3.crc32c_mb_s   CRC32C (s3_crc32c) on the same bytes: the UNSIGNED-PAYLOAD checksum
+ *   s3.sha256_mb_s   SHA-256 on the same bytes: the signed-payload alternative
+ * The three hash lines come first and need no server (`bench_s3 --hash` prints only them).
  * perf/s3.sh runs it beside rclone and curl and prints the ratios. Not a test.
  */
 #include <stdio.h>
@@ -13,7 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "s3/s3.h"
+
+/* Bytes hashed per run by the hash lines: large enough to leave every cache. */
+#define HASH_BYTES (64u << 20)
 
 static double now_s(void)
 {
@@ -34,10 +44,48 @@ static const char *env_or(const char *name, const char *dflt)
     return v && *v ? v : dflt;
 }
 
+typedef enum { H_MD5, H_CRC32C, H_SHA256 } hash_kind;
+
+/* MiB/s of one hash over buf (median of 3 runs). */
+static double hash_mb_s(hash_kind k, const uint8_t *buf, size_t len)
+{
+    double runs[3];
+    volatile uint32_t sink = 0;
+    for (int i = 0; i < 3; i++) {
+        double t0 = now_s();
+        if (k == H_CRC32C) {
+            sink ^= s3_crc32c(0, buf, len);
+        } else {
+            uint8_t md[32];
+            unsigned int n = sizeof md;
+            EVP_Digest(buf, len, md, &n, k == H_MD5 ? EVP_md5() : EVP_sha256(), NULL);
+            sink ^= md[0];
+        }
+        runs[i] = (double)len / (1 << 20) / (now_s() - t0);
+    }
+    (void)sink;
+    qsort(runs, 3, sizeof runs[0], cmp_double);
+    return runs[1];
+}
+
+static void hash_lines(void)
+{
+    uint8_t *buf = malloc(HASH_BYTES);
+    if (!buf) return;
+    for (size_t i = 0; i < HASH_BYTES; i++) buf[i] = (uint8_t)(i * 2654435761u >> 13);
+    printf("s3.md5_mb_s %.0f MiB/s\n", hash_mb_s(H_MD5, buf, HASH_BYTES));
+    printf("s3.crc32c_mb_s %.0f MiB/s\n", hash_mb_s(H_CRC32C, buf, HASH_BYTES));
+    printf("s3.sha256_mb_s %.0f MiB/s\n", hash_mb_s(H_SHA256, buf, HASH_BYTES));
+    fflush(stdout);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     size_t mpu_bytes = 256u << 20;
     int puts_n = 1000;
+    hash_lines();
+    if (argc > 1 && strcmp(argv[1], "--hash") == 0) return 0;
     if (argc > 1) mpu_bytes = (size_t)atol(argv[1]) << 20;
     if (argc > 2) puts_n = atoi(argv[2]);
     s3_opts o = {

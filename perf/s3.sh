@@ -3,6 +3,7 @@
 # rclone and plain curl against the same server, same bytes, same part size and concurrency.
 # Needs S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY (S3_REGION) in the environment (perf/run.sh
 # exports them for the RGW it starts). Prints `name value unit` lines:
+#   s3.md5_mb_s s3.crc32c_mb_s s3.sha256_mb_s        (bench_s3: hashing in memory, no server)
 #   s3.mpu_mb_s s3.put4k_p50_us s3.put4k_p99_us      (bench_s3)
 #   s3.rclone_mb_s s3.vs_rclone                      (rclone copyto, 256 MiB, 8 MiB chunks, 4 at once)
 #   s3.raw_mb_s s3.vs_raw                            (curl --parallel-max 4, 32 x 8 MiB PUTs)

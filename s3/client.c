@@ -9,10 +9,21 @@
  * max_attempts are used up. Between failures a timer waits a full-jitter backoff; a running
  * attempt older than attempt_timeout_ms gets a hedged twin (unless the request forbids it).
  *
- * Bounds: attempts per request <= max_attempts; running attempts <= connections for first
- * tries and retries, <= 2 x connections with hedges (a hedge exists because a connection is
- * stuck: it must not wait behind it); response bodies <= max_response_bytes, GET bodies <=
- * the caller's buffer; every attempt is abandoned after transfer_timeout_ms.
+ * Bounds: attempts per request <= max_attempts (libcurl's own re-sends of a request on a fresh
+ * connection count: CURLOPT_PREREQFUNCTION runs once per request actually sent); running
+ * attempts <= connections for first tries and retries, <= 2 x connections with hedges (a hedge
+ * exists because a connection is stuck: it must not wait behind it); response bodies <=
+ * max_response_bytes, GET bodies <= the caller's buffer; every attempt is abandoned after
+ * transfer_timeout_ms; every detached cleanup is dropped at its deadline (cleanup_timeout_ms).
+ *
+ * Checks before an attempt wins: a written body (verify_write) must be what the server stored
+ * (its x-amz-checksum-crc32c, else the signed SHA-256, else an MD5 ETag); a GET's 206 must be
+ * the range asked for, and a 200 (a server that ignored Range) has the range taken out of it;
+ * then the op's own check hook (XML answers).
+ *
+ * Ops: a finished op waits in the completion queue for its callback (the next turn at the
+ * latest); a parent that no longer wants a child drops it (s3_op_drop: no callback). Detached
+ * ops (cleanups) are kept on their own list with a deadline.
  *
  * Threads: everything runs on the client's thread; only s3_client_wakeup (curl_multi_wakeup)
  * is called from others. Callbacks of ops run from s3_client_run's completion queue, never
@@ -59,6 +70,7 @@ struct s3_client {
     int n_running;
     s3_op *ops;                       /* live ops */
     s3_op *done_head, *done_tail;     /* ops whose callback is due */
+    s3_op *detached;                  /* detached cleanups (also on ops) */
     s3_req *reqs;                     /* live requests */
     CURL *idle_easy[32];
     int n_idle_easy;
@@ -78,8 +90,13 @@ struct attempt {
     /* response */
     int status;
     char etag[128], request_id[128], content_range[160];
+    char checksum[16];   /* x-amz-checksum-crc32c of the answer */
+    int64_t date_ms;     /* Date of the answer, 0 when none or malformed */
     uint64_t content_length;
     bool have_length;
+    int sends;           /* times libcurl sent this attempt's request (re-sends after the
+                          * first count as attempts) */
+    uint64_t stream_pos; /* GET answered 200: bytes of the whole object seen so far */
     char *body;
     size_t body_len, body_cap;
     bool too_big;
@@ -104,10 +121,16 @@ struct s3_req {
     attempt *direct_owner; /* the attempt writing into get_buf, if any */
     bool no_hedge;
     int (*check)(void *ctx, s3_reply *rep);
+    int max_attempts;
+    uint64_t get_offset;
+    bool verify, end_on_corrupt;
     char payload_hash[65];
-    char crc_b64[16];
+    char crc_b64[16];    /* sent as x-amz-checksum-crc32c ("" when not) */
+    char crc_check[16];  /* the body's, to compare with an answer's (computed when needed) */
+    char md5_etag[72];   /* the body's MD5 ETag (computed when needed) */
     attempt *attempts;
     int n_started, n_failed, n_live, n_launched;
+    int n_resends;       /* libcurl's own re-sends: attempts too */
     bool payload_ready;
     s3_timer retry_timer;
     s3_reply last;
@@ -199,6 +222,8 @@ void s3_result_set(s3_result *res, const char *what, const char *bucket, const c
     res->err = rep->err;
     res->http_status = rep->status;
     res->attempts = rep->attempts;
+    res->server_date_ms = rep->server_date_ms;
+    res->write_check = rep->write_check;
     copy_str(res->s3_code, sizeof res->s3_code, rep->s3_code);
     copy_str(res->message, sizeof res->message, rep->message);
     copy_str(res->request_id, sizeof res->request_id, rep->request_id);
@@ -254,15 +279,61 @@ void s3_op_discard(s3_op *op)
     free(op);
 }
 
+static void done_remove(s3_client *c, s3_op *op)
+{
+    if (op->prev_done) op->prev_done->next_done = op->next_done;
+    else c->done_head = op->next_done;
+    if (op->next_done) op->next_done->prev_done = op->prev_done;
+    else c->done_tail = op->prev_done;
+    op->next_done = op->prev_done = NULL;
+}
+
+static void detached_remove(s3_client *c, s3_op *op)
+{
+    if (op->prev_det) op->prev_det->next_det = op->next_det;
+    else c->detached = op->next_det;
+    if (op->next_det) op->next_det->prev_det = op->prev_det;
+    op->next_det = op->prev_det = NULL;
+}
+
 void s3_op_finish(s3_op *op)
 {
     if (op->finished) return;
     op->finished = true;
     s3_client *c = op->c;
     op->next_done = NULL;
+    op->prev_done = c->done_tail;
     if (c->done_tail) c->done_tail->next_done = op;
     else c->done_head = op;
     c->done_tail = op;
+}
+
+void s3_op_drop(s3_op *op)
+{
+    if (!op) return;
+    s3_client *c = op->c;
+    if (op->finished) done_remove(c, op);
+    if (op->detached) {
+        detached_remove(c, op);
+        if (!op->finished || op->res.err) c->stats.cleanups_incomplete++;
+    }
+    op_unlink(op);
+    op->finished = true; /* nothing may queue it any more */
+    if (op->destroy) op->destroy(op);
+    free(op);
+}
+
+void s3_op_detach(s3_op *op)
+{
+    s3_client *c = op->c;
+    op->internal = true;
+    op->detached = true;
+    op->deadline_ms = now_ms(c) + c->o.cleanup_timeout_ms;
+    op->next_det = c->detached;
+    op->prev_det = NULL;
+    if (c->detached) c->detached->prev_det = op;
+    c->detached = op;
+    c->stats.cleanups++;
 }
 
 void s3_op_cancel(s3_op *op)
@@ -278,15 +349,32 @@ static int drain_done(s3_client *c)
     int ran = 0;
     s3_op *op;
     while ((op = c->done_head)) {
-        c->done_head = op->next_done;
-        if (!c->done_head) c->done_tail = NULL;
+        done_remove(c, op);
         op_unlink(op);
+        if (op->detached) {
+            detached_remove(c, op);
+            if (op->res.err) c->stats.cleanups_incomplete++;
+        }
         if (!op->internal) ran++;
         if (op->cb) op->cb(op->ctx, &op->res);
         if (op->destroy) op->destroy(op);
         free(op);
     }
     return ran;
+}
+
+/* Drops the detached cleanups whose deadline has passed (their requests are cancelled). */
+static void expire_cleanups(s3_client *c)
+{
+    if (!c->detached) return;
+    uint64_t now = now_ms(c);
+    for (s3_op *op = c->detached, *next; op; op = next) {
+        next = op->next_det;
+        if (!op->finished && now >= op->deadline_ms) {
+            s3_op_drop(op);
+            next = c->detached; /* dropping may have unlinked others: start over */
+        }
+    }
 }
 
 /* ---- attempts ---- */
@@ -415,11 +503,17 @@ void s3_req_cancel(s3_req *r)
     if (r) req_free(r);
 }
 
+/* Attempts made so far: started ones and libcurl's re-sends. */
+static int req_attempts(const s3_req *r)
+{
+    return r->n_started + r->n_resends;
+}
+
 static void req_finish(s3_req *r, s3_reply *rep)
 {
     while (r->attempts) attempt_free(r->attempts);
     timer_disarm(r->c, &r->retry_timer);
-    rep->attempts = r->n_started;
+    rep->attempts = req_attempts(r);
     rep->maybe_applied = r->maybe_applied;
     r->cb(r->ctx, r, rep);
     req_free(r);
@@ -440,7 +534,7 @@ static void on_hedge_timer(s3_timer *t)
 {
     attempt *a = container_of(t, attempt, hedge_timer);
     s3_req *r = a->req;
-    if (r->n_started < r->c->o.max_attempts && attempt_new(r, true)) r->c->stats.hedges++;
+    if (req_attempts(r) < r->max_attempts && attempt_new(r, true)) r->c->stats.hedges++;
 }
 
 static int curl_to_errno(CURLcode cc)
@@ -466,6 +560,69 @@ static int curl_to_errno(CURLcode cc)
     }
 }
 
+/* A 206's Content-Range must be the range asked for: "bytes FIRST-LAST/TOTAL" with FIRST the
+ * offset asked for, LAST - FIRST + 1 the bytes that came, LAST < TOTAL. 0 with *total set, or
+ * -EPROTO. */
+static int check_content_range(const char *cr, uint64_t off, uint64_t got, uint64_t *total)
+{
+    if (strncmp(cr, "bytes ", 6) != 0) return -EPROTO;
+    const char *p = cr + 6;
+    uint64_t v[3];
+    for (int i = 0; i < 3; i++) {
+        if (*p < '0' || *p > '9') return -EPROTO;
+        char *end;
+        errno = 0;
+        v[i] = strtoull(p, &end, 10);
+        if (errno) return -EPROTO;
+        p = end;
+        if (i == 0 && *p++ != '-') return -EPROTO;
+        if (i == 1 && *p++ != '/') return -EPROTO;
+    }
+    if (*p || v[0] != off || v[1] < v[0] || v[1] - v[0] + 1 != got || v[1] >= v[2]) return -EPROTO;
+    *total = v[2];
+    return 0;
+}
+
+/* Checks what the server stored for a written body (verify_write): its x-amz-checksum-crc32c
+ * when the answer has one; else a SHA-256 signed payload (the server verified it); else, under
+ * S3_VERIFY_AUTO, the ETag must be the body's MD5 (computed here, once per request). Under
+ * S3_VERIFY_READ_BACK the last case is left to the op (S3_CHECK_NONE). 0, or -EBADMSG with
+ * why[] saying what differed. */
+static int verify_write(attempt *a, s3_reply *rep, char *why, size_t cap)
+{
+    s3_req *r = a->req;
+    if (a->checksum[0]) {
+        const char *mine = r->crc_b64[0] ? r->crc_b64 : r->crc_check;
+        if (!mine[0]) {
+            s3_crc32c_b64(s3_crc32c(0, r->body, r->body_len), r->crc_check);
+            mine = r->crc_check;
+        }
+        if (strcmp(a->checksum, mine) == 0) {
+            rep->write_check = S3_CHECK_CRC32C;
+            return 0;
+        }
+        snprintf(why, cap, "the stored copy differs from what was sent: x-amz-checksum-crc32c %s, "
+                 "the body's %s", a->checksum, mine);
+        return -EBADMSG;
+    }
+    if (strcmp(r->payload_hash, "UNSIGNED-PAYLOAD") != 0) {
+        rep->write_check = S3_CHECK_SHA256;
+        return 0;
+    }
+    if (r->c->o.verify_writes == S3_VERIFY_READ_BACK) {
+        rep->write_check = S3_CHECK_NONE;
+        return 0;
+    }
+    if (!r->md5_etag[0]) s3_md5_etag(r->body, r->body_len, r->md5_etag);
+    if (s3_etag_eq(a->etag, r->md5_etag)) {
+        rep->write_check = S3_CHECK_MD5;
+        return 0;
+    }
+    snprintf(why, cap, "the stored copy differs from what was sent: ETag %.72s, the body's MD5 %s",
+             a->etag[0] ? a->etag : "(none)", r->md5_etag);
+    return -EBADMSG;
+}
+
 /* The outcome of an ended attempt. net_err is 0 when a whole response came. */
 static void attempt_end(attempt *a, int net_err, const char *net_msg)
 {
@@ -482,18 +639,38 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
     }
     rep.net_err = net_err;
     rep.status = net_err ? 0 : a->status;
-    if (!net_err) rep.status = a->status;
     copy_str(rep.etag, sizeof rep.etag, a->etag);
     copy_str(rep.request_id, sizeof rep.request_id, a->request_id);
+    rep.server_date_ms = a->date_ms;
     rep.body = a->body ? a->body : "";
     rep.body_len = a->body_len;
     rep.got = a->dst_got;
     rep.object_size = a->content_length;
     const char *slash = strchr(a->content_range, '/');
     if (slash && slash[1] != '*') rep.object_size = strtoull(slash + 1, NULL, 10);
+    if (r->get_buf && rep.status == 200) /* Range ignored: the whole object came */
+        rep.object_size = a->have_length ? a->content_length : a->stream_pos;
 
+    bool corrupt = false;
     if (!net_err && rep.status >= 200 && rep.status < 300) {
-        int rc = r->check ? r->check(r->ctx, &rep) : 0;
+        char why[256] = "";
+        int rc = 0;
+        uint64_t total;
+        if (r->get_buf && rep.status == 206) {
+            if (check_content_range(a->content_range, r->get_offset, a->dst_got, &total) == 0) {
+                rep.object_size = total;
+            } else {
+                rc = -EPROTO;
+                snprintf(why, sizeof why,
+                         "206 with Content-Range '%.60s' for %zu bytes at offset %llu asked for",
+                         a->content_range, a->dst_got, (unsigned long long)r->get_offset);
+            }
+        }
+        if (!rc && r->verify) {
+            rc = verify_write(a, &rep, why, sizeof why);
+            corrupt = rc != 0;
+        }
+        if (!rc && r->check) rc = r->check(r->ctx, &rep);
         if (rc == 0) {
             if (a->dst_private && a->dst_got) memcpy(r->get_buf, a->dst, a->dst_got);
             rep.err = 0;
@@ -502,8 +679,9 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
             return;
         }
         if (rc < 0) {
-            rep.net_err = net_err = -EPROTO;
-            copy_str(rep.message, sizeof rep.message, "malformed response");
+            rep.net_err = net_err = corrupt ? -EBADMSG : -EPROTO;
+            copy_str(rep.message, sizeof rep.message, why[0] ? why : "malformed response");
+            if (corrupt) c->stats.corrupt_writes++;
         }
     } else if (!net_err) {
         char rid[128] = "";
@@ -522,7 +700,7 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
 
     s3_retry_class cls = s3_retry_classify(net_err, rep.status, rep.s3_code);
     /* What a server may have carried out although we saw a failure: anything that got past
-     * connecting without a 4xx answer. */
+     * connecting without a 4xx answer (a corrupt copy was carried out too). */
     if ((net_err && net_err != -ECONNREFUSED && net_err != -EHOSTUNREACH && net_err != -EACCES) ||
         rep.status >= 500)
         r->maybe_applied = true;
@@ -530,11 +708,13 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
     r->last = rep;
     r->n_failed++;
     attempt_free(a);
-    if (cls == S3_RETRY_NO) {
+    if (cls == S3_RETRY_NO || (corrupt && r->end_on_corrupt)) {
         req_finish(r, &rep);
     } else if (r->n_live > 0) {
         /* a twin is still running: it decides */
-    } else if (r->n_started < c->o.max_attempts) {
+    } else if (cls == S3_RETRY_TWIN) {
+        req_finish(r, &rep); /* ambiguous, no twin left: the op settles it */
+    } else if (req_attempts(r) < r->max_attempts) {
         uint32_t d = s3_backoff_ms(r->n_failed, c->o.next_attempt_delay_ms, c->o.max_backoff_ms,
                                    rnd(c));
         timer_arm(c, &r->retry_timer, now_ms(c) + d, on_retry_timer);
@@ -552,7 +732,8 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
     if (len > 5 && strncmp(p, "HTTP/", 5) == 0) {
         const char *sp = memchr(p, ' ', len);
         a->status = sp ? atoi(sp + 1) : 0;
-        a->etag[0] = a->content_range[0] = '\0';
+        a->etag[0] = a->content_range[0] = a->checksum[0] = '\0';
+        a->date_ms = 0;
         a->have_length = false;
         a->content_length = 0;
         return len;
@@ -571,7 +752,15 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
         dst = a->request_id, cap = sizeof a->request_id;
     else if (nl == 13 && strncasecmp(p, "content-range", 13) == 0)
         dst = a->content_range, cap = sizeof a->content_range;
-    else if (nl == 14 && strncasecmp(p, "content-length", 14) == 0) {
+    else if (nl == 21 && strncasecmp(p, "x-amz-checksum-crc32c", 21) == 0)
+        dst = a->checksum, cap = sizeof a->checksum;
+    else if (nl == 4 && strncasecmp(p, "date", 4) == 0) {
+        char d[64];
+        size_t dl = vl < sizeof d ? vl : sizeof d - 1;
+        memcpy(d, v, dl);
+        d[dl] = '\0';
+        if (s3_http_parse_date(d, &a->date_ms)) a->date_ms = 0;
+    } else if (nl == 14 && strncasecmp(p, "content-length", 14) == 0) {
         a->content_length = strtoull(v, NULL, 10);
         a->have_length = true;
     }
@@ -608,6 +797,17 @@ static bool deliver(attempt *a, const char *p, size_t len)
 {
     s3_req *r = a->req;
     r->c->stats.bytes_received += len;
+    if (r->get_buf && a->status == 200) {
+        /* the server ignored Range and sends the whole object: keep [offset, offset + len) */
+        uint64_t pos = a->stream_pos, lo = r->get_offset, hi = r->get_offset + r->get_len;
+        a->stream_pos += len;
+        if (pos + len > lo && pos < hi) {
+            uint64_t from = pos > lo ? pos : lo, to = pos + len < hi ? pos + len : hi;
+            memcpy(a->dst + (from - lo), p + (from - pos), (size_t)(to - from));
+            if (to - lo > a->dst_got) a->dst_got = (size_t)(to - lo);
+        }
+        return true;
+    }
     if (r->get_buf && a->status >= 200 && a->status < 300) {
         if (a->dst_got + len > r->get_len) {
             a->dst_overflow = true;
@@ -623,6 +823,27 @@ static bool deliver(attempt *a, const char *p, size_t len)
 static size_t on_write(char *p, size_t sz, size_t n, void *ud)
 {
     return deliver(ud, p, sz * n) ? sz * n : 0;
+}
+
+/* Runs once per request libcurl actually sends: again when it re-sends the request on a fresh
+ * connection by itself (a reused connection died before any answer byte). The server may
+ * have carried out the first one: every send is an attempt. */
+static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_port, int local_port)
+{
+    (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
+    attempt *a = ud;
+    if (++a->sends > 1) {
+        s3_req *r = a->req;
+        r->n_resends++;
+        r->maybe_applied = true;
+        r->c->stats.resends++;
+        r->c->stats.requests++;
+        r->c->stats.bytes_sent += r->body_len;
+        /* the retried answer starts afresh (a 200-for-a-range counts from byte 0 again) */
+        a->stream_pos = 0;
+        a->dst_got = 0;
+    }
+    return CURL_PREREQFUNC_OK;
 }
 
 /* ---- launching ---- */
@@ -695,6 +916,8 @@ static int setup_easy(attempt *a)
     curl_easy_setopt(e, CURLOPT_HEADERDATA, a);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, a);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, a);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     /* Larger socket reads/writes for 8 MiB parts and ranged GETs (defaults: 16/64 KiB). */
     curl_easy_setopt(e, CURLOPT_BUFFERSIZE, 256L * 1024);
@@ -720,6 +943,14 @@ static void on_fake_timeout(s3_timer *t)
     attempt_end(a, -ETIMEDOUT, "operation timed out (test transport)");
 }
 
+/* A delayed test answer is due: it is processed like one that came at once. */
+static void on_fake_delayed(s3_timer *t)
+{
+    attempt *a = container_of(t, attempt, fake_timer);
+    a->next_q = a->req->c->fake_ready;
+    a->req->c->fake_ready = a;
+}
+
 static int launch_fake(attempt *a)
 {
     s3_req *r = a->req;
@@ -737,13 +968,24 @@ static int launch_fake(attempt *a)
         timer_arm(c, &a->fake_timer, now_ms(c) + c->o.transfer_timeout_ms, on_fake_timeout);
         return 0;
     }
+    if (rc == 0 && resp.delay_ms >= c->o.transfer_timeout_ms) {
+        timer_arm(c, &a->fake_timer, now_ms(c) + c->o.transfer_timeout_ms, on_fake_timeout);
+        return 0;
+    }
     if (rc == 0) {
         a->status = resp.status;
         copy_str(a->etag, sizeof a->etag, resp.etag);
         copy_str(a->request_id, sizeof a->request_id, resp.request_id);
         copy_str(a->content_range, sizeof a->content_range, resp.content_range);
+        copy_str(a->checksum, sizeof a->checksum, resp.checksum_crc32c);
+        if (!resp.date || s3_http_parse_date(resp.date, &a->date_ms)) a->date_ms = 0;
         a->content_length = resp.body_len;
+        a->have_length = true;
         if (resp.body_len && !deliver(a, resp.body, resp.body_len)) a->fake_rc = 0;
+        if (resp.delay_ms) {
+            timer_arm(c, &a->fake_timer, now_ms(c) + resp.delay_ms, on_fake_delayed);
+            return 0;
+        }
     } else {
         a->fake_rc = rc < 0 ? rc : -EIO;
     }
@@ -784,7 +1026,7 @@ static int launch(attempt *a)
     c->n_running++;
     c->stats.requests++;
     c->stats.bytes_sent += r->body_len;
-    if (!r->no_hedge && r->n_started < c->o.max_attempts)
+    if (!r->no_hedge && req_attempts(r) < r->max_attempts)
         timer_arm(c, &a->hedge_timer, now_ms(c) + c->o.attempt_timeout_ms, on_hedge_timer);
     if (c->o.transport) return launch_fake(a);
     rc = setup_easy(a);
@@ -854,12 +1096,16 @@ static void process_curl(s3_client *c)
     }
 }
 
-/* Everything that needs no waiting: timers, queued launches, fake answers, completions. */
+/* Everything that needs no waiting: completions, timers, queued launches, fake answers.
+ * Completions due run before anything is launched: an op that was cancelled or failed (and
+ * queued the cleanup it needs) has its callback run before any cleanup request goes out. */
 static int step(s3_client *c)
 {
     int ran = 0;
     for (int round = 0; round < 8; round++) {
+        ran += drain_done(c);
         fire_timers(c);
+        expire_cleanups(c);
         launch_queued(c);
         process_fake(c);
         int n = drain_done(c);
@@ -881,6 +1127,11 @@ int s3_client_run(s3_client *c, s3_waitfd *extra, size_t n_extra, int timeout_ms
     if (c->timers) {
         uint64_t now = now_ms(c);
         long until = c->timers->due_ms <= now ? 0 : (long)(c->timers->due_ms - now);
+        if (until < wait) wait = until;
+    }
+    for (const s3_op *op = c->detached; op; op = op->next_det) {
+        uint64_t now = now_ms(c);
+        long until = op->deadline_ms <= now ? 0 : (long)(op->deadline_ms - now);
         if (until < wait) wait = until;
     }
     int rc = 0;
@@ -921,9 +1172,16 @@ size_t s3_client_pending(const s3_client *c)
     return n;
 }
 
+size_t s3_client_cleanups(const s3_client *c)
+{
+    size_t n = 0;
+    for (const s3_op *op = c->detached; op; op = op->next_det) n += !op->finished;
+    return n;
+}
+
 int s3_req_launched(const s3_req *r)
 {
-    return r->n_launched;
+    return r->n_launched + r->n_resends;
 }
 
 void s3_client_stats(const s3_client *c, s3_stats *out)
@@ -995,18 +1253,7 @@ static void payload_setup(s3_req *r)
         return;
     }
     strcpy(r->payload_hash, "UNSIGNED-PAYLOAD");
-    uint32_t crc = s3_crc32c(0, r->body, r->body_len);
-    uint8_t be[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8), (uint8_t)crc};
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    char *o = r->crc_b64;
-    o[0] = b64[be[0] >> 2];
-    o[1] = b64[((be[0] & 3) << 4) | (be[1] >> 4)];
-    o[2] = b64[((be[1] & 15) << 2) | (be[2] >> 6)];
-    o[3] = b64[be[2] & 63];
-    o[4] = b64[be[3] >> 2];
-    o[5] = b64[(be[3] & 3) << 4];
-    o[6] = o[7] = '=';
-    o[8] = '\0';
+    s3_crc32c_b64(s3_crc32c(0, r->body, r->body_len), r->crc_b64);
 }
 
 int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void *ctx,
@@ -1027,6 +1274,11 @@ int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void 
     r->get_len = spec->get_len;
     r->no_hedge = spec->no_hedge;
     r->check = spec->check;
+    r->max_attempts = spec->max_attempts > 0 && spec->max_attempts < c->o.max_attempts
+                          ? spec->max_attempts : c->o.max_attempts;
+    r->get_offset = spec->get_offset;
+    r->verify = spec->verify_write;
+    r->end_on_corrupt = spec->end_on_corrupt;
     r->method = strdup(spec->method);
     r->bucket = strdup(spec->bucket);
     r->key = dup_or_empty(spec->key);
@@ -1104,6 +1356,10 @@ int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res)
     if (!o.next_attempt_delay_ms) o.next_attempt_delay_ms = 500;
     if (!o.max_backoff_ms) o.max_backoff_ms = 20 * o.next_attempt_delay_ms;
     if (!o.max_response_bytes) o.max_response_bytes = 16u << 20;
+    if (!o.cleanup_timeout_ms) {
+        uint64_t t = (uint64_t)o.max_attempts * o.attempt_timeout_ms + 1000;
+        o.cleanup_timeout_ms = t > UINT32_MAX ? UINT32_MAX : (uint32_t)t;
+    }
 
     s3_client *c = calloc(1, sizeof *c);
     if (!c) return s3_result_fail(res, -ENOMEM, "S3 client: out of memory"), -ENOMEM;
@@ -1158,21 +1414,33 @@ int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res)
     return 0;
 }
 
+/* Waiting turns of s3_client_free: short, so that its one bound is kept closely. */
+#define FREE_TURN_MS 50
+
 void s3_client_free(s3_client *c)
 {
     if (!c) return;
-    /* cancel every user op; their cleanups (aborts, deletes) get a bounded time */
+    /* cancel every user op: their callbacks run on the first turn below */
     for (;;) {
         s3_op *op = c->ops;
         while (op && (op->internal || op->finished || op->cancelled)) op = op->next;
         if (!op) break;
         s3_op_cancel(op);
     }
-    uint64_t deadline = now_ms(c) + c->o.transfer_timeout_ms + 1000;
-    while (c->ops && now_ms(c) < deadline)
-        if (s3_client_run(c, NULL, 0, 50) < 0) break;
+    /* then the detached cleanups (aborts, deletes) get cleanup_timeout_ms in all */
+    uint64_t deadline = now_ms(c) + c->o.cleanup_timeout_ms;
+    bool first = true;
+    while (first || c->done_head || s3_client_cleanups(c) > 0) {
+        uint64_t now = now_ms(c);
+        if (!first && now >= deadline) break;
+        long left = (long)(deadline > now ? deadline - now : 0);
+        first = false;
+        if (s3_client_run(c, NULL, 0, left < FREE_TURN_MS ? (int)left : FREE_TURN_MS) < 0) break;
+    }
+    /* what is left is abandoned (dstl gc removes it): dropped without callbacks */
+    while (c->detached) s3_op_drop(c->detached);
+    while (c->ops) s3_op_drop(c->ops); /* their requests go with them */
     while (c->reqs) req_free(c->reqs);
-    while (c->ops) s3_op_discard(c->ops);
     for (int i = 0; i < c->n_idle_easy; i++) curl_easy_cleanup(c->idle_easy[i]);
     curl_multi_cleanup(c->multi);
     OPENSSL_cleanse(&c->cred, sizeof c->cred);

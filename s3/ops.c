@@ -4,7 +4,9 @@
  *
  * Each op is a thin layer over one engine request: it builds the spec (query, signed
  * headers), checks a 2xx answer before it wins (a malformed XML answer is retried like a
- * network error), and turns the reply into the s3_result. PUT, Complete and s3_upload, which
+ * network error), and turns the reply into the s3_result. The engine checks what is common
+ * to requests: a GET's 206 against the range asked for (a 200 has the range taken out of the
+ * whole object), an UploadPart's stored copy against the body (verify_write). PUT, Complete and s3_upload, which
  * need to resolve ambiguous outcomes and clean up, are in s3/upload.c.
  *
  * Threads: the client's thread only.
@@ -67,16 +69,6 @@ static void simple_cancel(s3_op *op)
     s3_op_finish(op);
 }
 
-static int check_get(void *ctx, s3_reply *rep)
-{
-    simple_op *s = ctx;
-    if (rep->status == 206) {
-        /* Content-Range: bytes first-last/total — the range must start where we asked */
-        return 0;
-    }
-    return s->offset == 0 ? 0 : -EPROTO; /* a 200 for a range not at 0: the server ignored it */
-}
-
 static int check_list(void *ctx, s3_reply *rep)
 {
     simple_op *s = ctx;
@@ -84,6 +76,7 @@ static int check_list(void *ctx, s3_reply *rep)
     int rc = s->kind == K_LIST_OBJECTS   ? s3_xml_parse_list_objects(rep->body, rep->body_len, &s->list)
              : s->kind == K_LIST_UPLOADS ? s3_xml_parse_list_uploads(rep->body, rep->body_len, &s->list)
                                          : s3_xml_parse_list_parts(rep->body, rep->body_len, &s->list);
+    s->list.server_date_ms = rep->server_date_ms;
     return rc == 0 ? 0 : -EPROTO;
 }
 
@@ -118,6 +111,15 @@ static void simple_done(void *ctx, s3_req *req, const s3_reply *rep)
         case K_GET:
             res->bytes = rep->got;
             res->object_size = rep->object_size;
+            if (rep->status == 200 && s->offset >= rep->object_size) {
+                /* the whole object came (Range ignored) and the offset is past its end: what a
+                 * server honouring Range answers with 416 */
+                s3_result_fail(res, -ERANGE,
+                               "GET s3://%s/%s: offset %" PRIu64 " is at or past the end of the "
+                               "object (%" PRIu64 " bytes; the server ignored Range)",
+                               s->bucket, s->key, s->offset, rep->object_size);
+                res->bytes = 0;
+            }
             break;
         case K_HEAD:
             res->bytes = res->object_size = rep->object_size;
@@ -183,9 +185,9 @@ int s3_get_object(s3_client *c, const char *bucket, const char *key, uint64_t of
     snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, offset, offset + len - 1);
     s3_kv h[] = {{"range", range}};
     s3_req_spec spec = {.method = "GET", .headers = h, .n_headers = 1, .get_buf = buf,
-                        .get_len = len, .check = check_get};
+                        .get_len = len, .get_offset = offset};
     simple_op *s = NULL;
-    /* the ctx of check is the op: set before the first attempt can answer (in the loop) */
+    /* the op's offset is set before the first attempt can answer (in the loop) */
     int rc = simple_start(c, K_GET, "GET", bucket, key, NULL, &spec, op_out, cb, ctx, &s);
     if (!rc) s->offset = offset;
     return rc;
@@ -264,7 +266,7 @@ int s3_upload_part(s3_client *c, const char *bucket, const char *key, const char
     snprintf(num, sizeof num, "%d", part_number);
     s3_kv q[] = {{"partNumber", num}, {"uploadId", upload_id}};
     s3_req_spec spec = {.method = "PUT", .query = q, .n_query = 2, .body = body, .body_len = len,
-                        .check = check_upload_part};
+                        .check = check_upload_part, .verify_write = true};
     return simple_start(c, K_UPLOAD_PART, "UploadPart", bucket, key, NULL, &spec, op_out, cb, ctx,
                         NULL);
 }

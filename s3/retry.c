@@ -4,13 +4,17 @@
  * CRC32C for the UNSIGNED-PAYLOAD fast path, and the ETags used to recognise our own objects.
  *
  * Why one classifier: every request (PUT, part, GET, list, ...) must agree on what is worth
- * another attempt, or a hedge and a retry could disagree about the same failure.
+ * another attempt, or a hedge and a retry could disagree about the same failure. Besides
+ * fatal / transient / throttled there is one ambiguous class: 409 ConditionalRequestConflict
+ * (AWS's answer to an If-None-Match PUT while another upload of the key is in flight — with
+ * hedging, often our own twin): not retried, but not fatal while a twin may still land.
  * Threads: pure, thread-safe.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/evp.h>
 
@@ -24,6 +28,8 @@ static bool code_is(const char *code, const char *want)
 s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code)
 {
     if (net_err) {
+        /* -EBADMSG (a written copy that differs from the body) is transient: a new attempt
+         * sends the body again and replaces it */
         switch (net_err) {
         case -EACCES:   /* TLS trust failure: another attempt sees the same certificate */
         case -EINVAL:   /* a request we could not even form */
@@ -38,6 +44,7 @@ s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code)
         code_is(s3_code, "ThrottlingException") || code_is(s3_code, "RequestLimitExceeded") ||
         status == 429 || status == 503)
         return S3_RETRY_THROTTLED;
+    if (status == 409 && code_is(s3_code, "ConditionalRequestConflict")) return S3_RETRY_TWIN;
     /* RequestTimeout comes with a 400: the server gave up waiting for our body. */
     if (code_is(s3_code, "RequestTimeout") || code_is(s3_code, "InternalError") ||
         code_is(s3_code, "ServiceUnavailable"))
@@ -182,6 +189,31 @@ static void etag_from_md5(const uint8_t md[16], const char *suffix, char out[72]
     }
     hex[32] = '\0';
     snprintf(out, 72, "\"%s%s\"", hex, suffix);
+}
+
+bool s3_etag_eq(const char *a, const char *b)
+{
+    if (*a == '"') a++;
+    if (*b == '"') b++;
+    size_t la = strlen(a), lb = strlen(b);
+    if (la && a[la - 1] == '"') la--;
+    if (lb && b[lb - 1] == '"') lb--;
+    return la && la == lb && strncasecmp(a, b, la) == 0;
+}
+
+void s3_crc32c_b64(uint32_t crc, char out[9])
+{
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const uint8_t be[4] = {(uint8_t)(crc >> 24), (uint8_t)(crc >> 16), (uint8_t)(crc >> 8),
+                           (uint8_t)crc};
+    out[0] = b64[be[0] >> 2];
+    out[1] = b64[((be[0] & 3) << 4) | (be[1] >> 4)];
+    out[2] = b64[((be[1] & 15) << 2) | (be[2] >> 6)];
+    out[3] = b64[be[2] & 63];
+    out[4] = b64[be[3] >> 2];
+    out[5] = b64[(be[3] & 3) << 4];
+    out[6] = out[7] = '=';
+    out[8] = '\0';
 }
 
 void s3_md5_etag(const void *buf, size_t len, char out[72])

@@ -9,6 +9,24 @@
  * slower than attempt_timeout_ms gets a parallel twin; the first success wins, the rest are
  * cancelled). Knows nothing of segments; includes only include/dstl.h of DSTL.
  *
+ * Outcomes. Success of a write (PUT, UploadPart, Complete, s3_upload) means the server holds
+ * exactly what was sent: every PUT and part is checked against the body (s3_write_check; a
+ * copy that differs is never acknowledged but replaced within max_attempts). An ambiguous
+ * answer (412 or 409 ConditionalRequestConflict on If-None-Match, NoSuchUpload on Complete)
+ * is settled by a HEAD comparing ETags, whatever the number of attempts (libcurl re-sends a
+ * request by itself when a reused connection dies before any answer byte; such re-sends are
+ * counted as attempts). An outcome reported as success is never cleaned up afterwards.
+ *
+ * Cancel and cleanup. s3_op_cancel() and a failure after every attempt both complete the
+ * operation at once: its callback runs on the next s3_client_run turn, whatever is still
+ * hanging. What the operation may have left on the server (a PUT that may have landed, a
+ * multipart upload to abort, a completed object that is ours, stray uploads of a retried
+ * Create) is removed afterwards by a DETACHED cleanup: an internal operation with one
+ * overall deadline (s3_opts.cleanup_timeout_ms), not counted by s3_client_pending but by
+ * s3_client_cleanups; at its deadline its requests are cancelled and it is dropped (what is
+ * left is for `dstl gc`: ListMultipartUploads + ListObjectsV2). A cleanup never touches the
+ * caller's buffers: the caller may free them as soon as the callback has run.
+ *
  * Threads: an s3_client is driven by ONE thread (the pipeline's event loop, or whoever calls
  * the *_sync wrappers): every function here is "one thread at a time" on its client, except
  * s3_client_wakeup(), which any thread may call. Operations never run their callback inside
@@ -27,12 +45,13 @@
  *   -ERANGE        416 InvalidRange (GET past the end of the object)
  *   -ETIMEDOUT     the last attempt timed out (connect or transfer)
  *   -ECONNREFUSED  the last attempt could not connect
- *   -EMSGSIZE      a response larger than max_response_bytes (or than the GET buffer)
+ *   -EMSGSIZE      a response larger than max_response_bytes (or a 206 longer than the range)
  *   -ECANCELED     s3_op_cancel() was called
  *   -EINVAL        bad arguments (returned by the start call; no callback then)
  *   -ENOMEM        out of memory
  *   DSTL_EREMOTE   any other remote failure after every attempt (5xx, other 4xx, resets,
- *                  truncated or malformed responses)
+ *                  truncated or malformed responses, a 206 with another range than asked,
+ *                  a written copy that differed from the body every time)
  */
 #ifndef DSTL_S3_H
 #define DSTL_S3_H
@@ -85,10 +104,23 @@ typedef struct s3_list {
     char *next_token;            /* ListObjectsV2: NextContinuationToken; ListParts: marker */
     char *next_key_marker;       /* ListMultipartUploads */
     char *next_upload_id_marker; /* ListMultipartUploads */
+    int64_t server_date_ms;      /* the server's Date (Unix ms; 0 when absent): of this page in
+                                  * a callback; of the FIRST page in a *_all_sync listing (the
+                                  * earliest answer: the conservative "now" to judge the
+                                  * entries' ages by, on the server's clock) */
 } s3_list;
 
 /* Frees what a listing holds and zeroes it. NULL is fine. */
 void s3_list_clear(s3_list *l);
+
+/* How the server's copy of a written body was checked (PUT, UploadPart, s3_upload). */
+typedef enum s3_write_check {
+    S3_CHECK_NONE = 0,   /* not a write, or not checked (a part under S3_VERIFY_READ_BACK) */
+    S3_CHECK_CRC32C,     /* the answer's x-amz-checksum-crc32c equals the body's (AWS) */
+    S3_CHECK_SHA256,     /* the payload was signed with its SHA-256: the server verified it */
+    S3_CHECK_MD5,        /* the ETag equals the hex MD5 of the body (RGW 16, unsigned payload) */
+    S3_CHECK_READ_BACK,  /* read back and compared (S3_VERIFY_READ_BACK) */
+} s3_write_check;
 
 /* What an operation gave: the code, the detail of its failure, and its outputs. */
 typedef struct s3_result {
@@ -108,6 +140,11 @@ typedef struct s3_result {
     size_t delete_errors; /* DeleteObjects: keys the server refused */
     int parts;            /* s3_upload: 0 for a single PUT, else the number of parts */
     const s3_list *list;  /* list operations: valid during the callback only */
+    int64_t server_date_ms; /* the Date header of the last answer (Unix ms, the server's clock;
+                             * 0 when absent), for every op */
+    s3_write_check write_check; /* writes: how the stored copy was checked (a multipart upload:
+                                 * S3_CHECK_READ_BACK when read back, else the lowest value
+                                 * among its parts') */
 } s3_result;
 
 /* The completion of an operation: runs once, from s3_client_run on the client's thread.
@@ -134,6 +171,10 @@ typedef struct s3_http_response {
     const char *etag;   /* optional response headers */
     const char *request_id;
     const char *content_range;
+    const char *checksum_crc32c; /* x-amz-checksum-crc32c (base64) */
+    const char *date;            /* Date (IMF-fixdate) */
+    uint32_t delay_ms;  /* deliver the answer this long after the attempt started (the
+                         * client's clock); at or past transfer_timeout_ms it times out */
 } s3_http_response;
 
 /* Replaces the network (test only). exchange() is called when an attempt starts (from
@@ -147,6 +188,15 @@ typedef struct s3_transport {
 } s3_transport;
 
 /* ---- client ------------------------------------------------------------------------------ */
+
+/* How writes are verified when the answer carries no x-amz-checksum-crc32c and the payload was
+ * not SHA-256 signed (see s3_write_check and s3/README.md for which servers need what). */
+typedef enum s3_verify_mode {
+    S3_VERIFY_AUTO = 0,   /* the ETag must be the hex MD5 of the body (computed only then) */
+    S3_VERIFY_READ_BACK,  /* servers whose ETag is not an MD5 (SSE-KMS, SSE-C): the object is
+                           * read back and compared before success (a multipart upload after
+                           * its Complete) */
+} s3_verify_mode;
 
 typedef enum s3_payload_mode {
     S3_PAYLOAD_AUTO = 0,        /* SHA-256 below 1 MiB, UNSIGNED + CRC32C from 1 MiB on */
@@ -175,6 +225,10 @@ typedef struct s3_opts {
     uint32_t next_attempt_delay_ms; /* backoff base after an error (full jitter); 0: 500 */
     uint32_t max_backoff_ms;        /* backoff cap; 0: 20 x next_attempt_delay_ms */
     s3_payload_mode payload;
+    s3_verify_mode verify_writes;   /* 0: S3_VERIFY_AUTO */
+    uint32_t cleanup_timeout_ms;    /* one deadline for each detached cleanup, and for all of
+                                     * them together in s3_client_free; 0: max_attempts x
+                                     * attempt_timeout_ms + 1000 */
     size_t max_response_bytes;      /* XML and error bodies; 0: 16 MiB */
     /* seams (tests): 0/NULL uses the real thing */
     uint64_t (*now_ms)(void *seam_ctx);          /* monotonic clock for timers */
@@ -190,9 +244,10 @@ typedef struct s3_opts {
  * -ENOMEM; on failure res (if not NULL) says why. Does not touch the network. */
 int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res);
 
-/* Cancels every operation still in flight (their callbacks run with -ECANCELED, and the
- * cleanups they start, such as aborting a multipart upload, are given up to
- * transfer_timeout_ms to finish), then frees the client. NULL is fine. Blocking. */
+/* Cancels every operation still in flight (their callbacks run with -ECANCELED), then runs the
+ * loop until the detached cleanups are done, for at most cleanup_timeout_ms in all (one bound,
+ * not one per cleanup), abandons the rest (left for dstl gc) and frees the client. NULL is
+ * fine. Blocking. */
 void s3_client_free(s3_client *c);
 
 /* A descriptor the caller wants s3_client_run to wait on too (POLLIN/POLLPRI/POLLOUT). */
@@ -212,8 +267,11 @@ int s3_client_run(s3_client *c, s3_waitfd *extra, size_t n_extra, int timeout_ms
 /* Makes a waiting s3_client_run return early. Thread-safe; async-signal-unsafe. */
 void s3_client_wakeup(s3_client *c);
 
-/* Operations started and not yet completed. */
+/* Operations started and not yet completed (detached cleanups are not counted). */
 size_t s3_client_pending(const s3_client *c);
+
+/* Detached cleanups still running (each ends by its deadline at the latest). */
+size_t s3_client_cleanups(const s3_client *c);
 
 /* Counters since the client was made (for stats and cost accounting). */
 typedef struct s3_stats {
@@ -222,13 +280,21 @@ typedef struct s3_stats {
     uint64_t hedges;    /* attempts started because another was slow */
     uint64_t bytes_sent;     /* request bodies */
     uint64_t bytes_received; /* response bodies */
+    uint64_t resends;        /* requests libcurl sent again by itself (a reused connection died
+                              * before any answer byte); counted in requests too */
+    uint64_t corrupt_writes; /* written copies that differed from the body (then replaced) */
+    uint64_t cleanups;       /* detached cleanups started */
+    uint64_t cleanups_incomplete; /* of which a step failed or the deadline passed: what they
+                                   * were removing is left for dstl gc */
 } s3_stats;
 void s3_client_stats(const s3_client *c, s3_stats *out);
 
-/* Cancels an operation: its attempts stop, what it created remotely is removed (a started
- * multipart upload is aborted; a single PUT that may have landed is deleted when its ETag
- * shows it is ours), then its callback runs with -ECANCELED — never inside this call.
- * No effect once the callback has run (the pointer is invalid then: do not call). */
+/* Cancels an operation: its requests stop now and its callback runs with -ECANCELED on the
+ * next s3_client_run turn — never inside this call, and never later than that turn. What it
+ * may have created remotely is removed by a detached cleanup afterwards (a started multipart
+ * upload is aborted; an object that may have landed is deleted when its ETag shows it is
+ * ours). An op whose success is already queued stays a success. No effect once the callback
+ * has run (the pointer is invalid then: do not call). */
 void s3_op_cancel(s3_op *op);
 
 /* ---- asynchronous operations --------------------------------------------------------------
@@ -238,6 +304,11 @@ void s3_op_cancel(s3_op *op);
  * and unchanged until the callback; strings (bucket, key, ids, tokens) are copied. Keys are
  * raw (not URL-encoded). */
 
+/* r->etag; r->write_check says how the stored copy was checked (a copy that differs from the
+ * body is replaced: with if_none_match the corrupt object, recognised by the ETag it came
+ * back with, is deleted first). A 412 (if_none_match) or 409 ConditionalRequestConflict is
+ * settled by a HEAD: our ETag (the body's MD5) -> success, another -> -EEXIST. On failure or
+ * cancel, an object that may have landed is deleted by a detached cleanup when it is ours. */
 int s3_put_object(s3_client *c, const char *bucket, const char *key, const void *body,
                   size_t len, bool if_none_match, s3_op **op_out, s3_done_fn cb, void *ctx);
 
@@ -276,15 +347,19 @@ int s3_list_multipart_uploads(s3_client *c, const char *bucket, const char *pref
 int s3_create_multipart_upload(s3_client *c, const char *bucket, const char *key,
                                s3_op **op_out, s3_done_fn cb, void *ctx);
 
-/* part_number 1..10000; r->etag is the part's ETag (keep it for Complete). */
+/* part_number 1..10000; r->etag is the part's ETag (keep it for Complete). The stored part is
+ * checked like a PUT (a differing copy is re-uploaded under the same number); under
+ * S3_VERIFY_READ_BACK without a checksum in the answer r->write_check is S3_CHECK_NONE (a part
+ * cannot be read before its Complete: s3_upload reads the object back then). */
 int s3_upload_part(s3_client *c, const char *bucket, const char *key, const char *upload_id,
                    int part_number, const void *body, size_t len, s3_op **op_out,
                    s3_done_fn cb, void *ctx);
 
 /* parts in ascending part_number order, with their ETags. if_none_match sends
- * If-None-Match: * (servers that support it refuse to overwrite). A NoSuchUpload after an
- * earlier attempt (the first may have completed it) is resolved by a HEAD that compares the
- * multipart ETag. */
+ * If-None-Match: * (servers that support it refuse to overwrite). A NoSuchUpload or 412 (an
+ * earlier attempt, or a re-send by libcurl, may have completed it) is settled by a HEAD that
+ * compares the multipart ETag. XML answers may start with whitespace (AWS sends some while it
+ * works); a 200 whose body is an <Error> is that error. No cleanup at this level. */
 int s3_complete_multipart_upload(s3_client *c, const char *bucket, const char *key,
                                  const char *upload_id, const s3_part_info *parts, size_t n,
                                  bool if_none_match, s3_op **op_out, s3_done_fn cb, void *ctx);
@@ -305,9 +380,13 @@ int s3_delete_bucket(s3_client *c, const char *bucket, s3_op **op_out, s3_done_f
 
 /* The high-level upload: a single PUT when len < multipart_threshold, else a multipart
  * upload with parts of part_size sent in parallel (each part retried and hedged on its own,
- * with the same upload id). On failure or cancel the multipart upload is aborted and an
- * object that may have landed is deleted when its ETag is ours: nothing is left behind
- * (best effort: the cleanup has its own bounded attempts; r->error says if it failed).
+ * with the same upload id). A failure (the first part or Complete that fails after every
+ * attempt) or a cancel is reported at once; a detached cleanup then aborts the multipart
+ * upload, deletes an object that may have landed when its ETag is ours, and aborts stray
+ * uploads of a retried Create (best effort within cleanup_timeout_ms; s3_stats counts the
+ * ones that did not finish; dstl gc removes what they leave). After a success only strays
+ * are removed. Under S3_VERIFY_READ_BACK a multipart object whose parts were not checked is
+ * read back after its Complete; a differing copy is deleted and the upload fails.
  * r->etag is the object's ETag; r->parts the number of parts (0 for a single PUT). */
 typedef struct s3_upload_opts {
     size_t part_size;           /* 0: 8 MiB; S3 needs >= 5 MiB for every part but the last */
@@ -411,14 +490,19 @@ void s3_sha256_hex(const void *buf, size_t len, char hex[65]);
 
 typedef enum s3_retry_class {
     S3_RETRY_NO = 0,   /* fatal: fail now */
-    S3_RETRY_TRANSIENT, /* network errors, 5xx, RequestTimeout, truncated/malformed answers */
+    S3_RETRY_TRANSIENT, /* network errors, 5xx, RequestTimeout, truncated/malformed answers,
+                         * a written copy that differs from the body */
     S3_RETRY_THROTTLED, /* 503 SlowDown, 429, Throttling */
+    S3_RETRY_TWIN,      /* ambiguous, not worth a retry: 409 ConditionalRequestConflict (an
+                         * upload of the key is in flight — maybe our own twin). A live twin
+                         * decides; with none left the request ends and its op settles it */
 } s3_retry_class;
 
 /* One classifier for every request. net_err is 0 when an HTTP response came, else a
  * negative errno of the transport (-ECONNRESET, -ETIMEDOUT, -ECONNREFUSED, -EPROTO for a
  * truncated or malformed answer, -EMSGSIZE for an oversized one, -EACCES for TLS trust
- * errors). status is the HTTP status, s3_code the S3 error code ("" or NULL if none). */
+ * errors, -EBADMSG for a written copy that differs from what was sent). status is the HTTP
+ * status, s3_code the S3 error code ("" or NULL if none). */
 s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code);
 
 /* Full-jitter exponential backoff before attempt number `failures + 1`: a uniform value
@@ -442,6 +526,12 @@ int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72]);
 
 /* "\"hex(md5(buf))\"" — the ETag of a single PUT of buf. */
 void s3_md5_etag(const void *buf, size_t len, char out[72]);
+
+/* ETags equal, ignoring surrounding quotes (servers differ) and hex case; "" equals nothing. */
+bool s3_etag_eq(const char *a, const char *b);
+
+/* The base64 of the big-endian CRC32C, as x-amz-checksum-crc32c carries it ("yZRlqg=="). */
+void s3_crc32c_b64(uint32_t crc, char out[9]);
 
 /* ---- credentials (s3/creds.c) ---- */
 
@@ -488,6 +578,11 @@ int s3_xml_parse_list_parts(const char *xml, size_t len, s3_list *out);
  * to Unix milliseconds. Returns 0, or -EPROTO when s is not such a time. */
 int s3_xml_parse_time(const char *s, int64_t *ms);
 
+/* An HTTP Date header in RFC 7231 IMF-fixdate ("Tue, 01 Dec 2026 19:56:58 GMT": exactly that
+ * shape, the weekday matching the date) to Unix milliseconds. Returns 0, or -EPROTO (the
+ * obsolete RFC 850 and asctime forms are refused too). */
+int s3_http_parse_date(const char *s, int64_t *ms);
+
 /* DeleteResult: the number of <Error> entries and the first one's key and code. */
 int s3_xml_parse_delete_result(const char *xml, size_t len, size_t *n_errors, char *first_key,
                                size_t key_cap, char *first_code, size_t code_cap);
@@ -519,8 +614,10 @@ typedef struct s3_reply {
     char request_id[128];
     char s3_code[64];
     char message[256];
-    int attempts;
+    int attempts;       /* attempts made, hedges, retries and libcurl's own re-sends included */
     bool maybe_applied; /* a failed attempt may have been carried out by the server */
+    int64_t server_date_ms; /* Date of this response (0: none) */
+    s3_write_check write_check; /* verify_write requests: how the stored copy was checked */
 } s3_reply;
 
 typedef struct s3_req_spec {
@@ -537,6 +634,14 @@ typedef struct s3_req_spec {
     void *get_buf;          /* GET: the caller's buffer (2xx bodies go there) */
     size_t get_len;
     bool no_hedge;          /* retries only (CreateMultipartUpload) */
+    int max_attempts;       /* 0: the client's; else fewer (an op that restarts a request
+                             * gives it what is left of its budget) */
+    uint64_t get_offset;    /* GET: the offset asked for (a 200 gives the whole object: the
+                             * range is taken out of it) */
+    bool verify_write;      /* PUT bodies: the stored copy is checked against the body (see
+                             * s3_write_check); a differing copy fails the attempt, -EBADMSG */
+    bool end_on_corrupt;    /* with verify_write: a differing copy ends the request at once
+                             * (its op must remove it before a retry: If-None-Match) */
     /* Checks a 2xx reply before it wins: 0 accepts; -EPROTO (malformed: transient, retried);
      * 1 when the body is an error document (rep->s3_code/message filled by the hook:
      * classified like an HTTP error). May keep what it parsed in ctx. */
@@ -566,10 +671,14 @@ struct s3_op {
     void (*cancel)(s3_op *op);  /* must lead to s3_op_finish (with -ECANCELED) */
     void (*destroy)(s3_op *op); /* frees what the kind owns (may be NULL) */
     bool internal;              /* a child of another op: not counted by s3_client_pending */
+    bool detached;              /* a cleanup: counted by s3_client_cleanups, dropped at its
+                                 * deadline */
     bool finished;
     bool cancelled;
+    uint64_t deadline_ms;       /* detached: the client's clock */
     s3_op *next, *prev;         /* the client's live ops */
-    s3_op *next_done;           /* the completion queue */
+    s3_op *next_done, *prev_done; /* the completion queue */
+    s3_op *next_det, *prev_det;   /* the client's detached ops */
 };
 
 /* Allocates an op of size bytes (>= sizeof(s3_op)) zeroed, linked to the client. */
@@ -580,6 +689,48 @@ void s3_op_finish(s3_op *op);
 
 /* Frees an op that was never started (its start failed). */
 void s3_op_discard(s3_op *op);
+
+/* Stops op without its callback, finished or not: its destroy hook drops what it runs
+ * (requests, children), it leaves the completion queue, and it is freed. For parents that no
+ * longer want a child's outcome (they have reported, or are dropped themselves). */
+void s3_op_drop(s3_op *op);
+
+/* Starts a child op: call is an s3_* start returning 0 or -errno, with &slot as its op_out;
+ * on success the child is marked internal (its callback is the parent's handler, it is not
+ * counted by s3_client_pending), else slot is NULL. Sets rc (in scope) to the call's code. */
+#define S3_CHILD(call, slot)                                                                      \
+    do {                                                                                          \
+        int crc_ = (call);                                                                        \
+        if (crc_ == 0) (slot)->internal = true;                                                   \
+        else (slot) = NULL;                                                                       \
+        rc = crc_;                                                                                \
+    } while (0)
+
+/* Makes op a detached cleanup (internal, counted by s3_client_cleanups) whose deadline is
+ * cleanup_timeout_ms from now: past it the op is dropped and counted as incomplete. Its
+ * callback, if any, sees no caller. A detached op that finishes with res.err != 0 counts as
+ * incomplete too. */
+void s3_op_detach(s3_op *op);
+
+/* ---- detached cleanups (s3/cleanup.c) ---- */
+
+/* What a failed or cancelled write may have left, removed in this order: the multipart upload
+ * upload_id is aborted; the object is HEADed and deleted when its ETag is one of etags (ours:
+ * the body's MD5 or the multipart ETag; or a corrupt copy's ETag we were given back); the
+ * uploads of the key are listed and every one but keep_upload_id is aborted (strays of a
+ * retried Create). Steps that are not asked for are skipped. Everything is copied. */
+typedef struct s3_cleanup_spec {
+    const char *bucket, *key;
+    const char *abort_upload_id;   /* NULL or "": none */
+    const char *const *etags;      /* delete the object when its ETag is one of these */
+    size_t n_etags;
+    bool abort_strays;             /* list the key's uploads and abort all but keep_upload_id */
+    const char *keep_upload_id;    /* NULL: abort every upload of the key */
+} s3_cleanup_spec;
+
+/* Starts a detached cleanup (nothing to do: nothing started). 0, or -ENOMEM (then nothing
+ * is cleaned: gc will). */
+int s3_cleanup_start(s3_client *c, const s3_cleanup_spec *spec);
 
 /* Fills res from a request's reply: code, detail and the one-line error
  * "METHOD s3://bucket/key: ..." (what is e.g. "PUT", "UploadPart 3 of"). */

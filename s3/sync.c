@@ -1,7 +1,8 @@
 /*
  * s3/sync.c — blocking wrappers: start the asynchronous operation, then run the client's
  * loop on the calling thread until its callback has run. Used by tests, the `dstl` command
- * and gc. The listings follow continuation tokens to the end and copy the entries out.
+ * and gc. The listings follow continuation tokens to the end and copy the entries out; the
+ * Date of their first page is the listing's server_date_ms (the conservative "now" for ages).
  *
  * Threads: the client's thread; must not be called from inside an s3 callback (the loop is
  * not reentrant: s3_client_run returns -EDEADLK there, and so does the wrapper).
@@ -18,6 +19,7 @@ typedef struct waiter {
     s3_result res;
     s3_list *acc;     /* listings: entries are appended here */
     size_t max_items; /* 0: no limit */
+    bool first_page;  /* its Date is the listing's (the earliest answer) */
     int copy_err;
 } waiter;
 
@@ -85,6 +87,7 @@ static void waiter_cb(void *ctx, const s3_result *r)
         w->acc->next_upload_id_marker =
             l->next_upload_id_marker ? strdup(l->next_upload_id_marker) : NULL;
         w->acc->truncated = l->truncated;
+        if (w->first_page) w->acc->server_date_ms = l->server_date_ms;
     }
     w->done = true;
 }
@@ -207,7 +210,7 @@ static int list_all(s3_client *c, list_kind k, const char *bucket, const char *p
     if (!res) res = &scratch;
     /* bounded: 100,000 pages of 1,000 entries is far beyond any DSTL bucket */
     for (int page = 0; page < 100000; page++) {
-        waiter w = {.acc = out, .max_items = max_items};
+        waiter w = {.acc = out, .max_items = max_items, .first_page = page == 0};
         int rc;
         if (k == L_OBJECTS)
             rc = s3_list_objects(c, bucket, prefix, NULL, out->next_token, 0, NULL, waiter_cb, &w);

@@ -4,7 +4,11 @@
  *
  * Tolerance (S3-SERVER.md, pitfall 4): the root element's name is not checked, except to
  * recognise <Error>; namespaces are ignored (elements are matched by local name); an empty
- * <ETag> in CompleteMultipartUploadResult is accepted (RGW). Safety: no network access,
+ * <ETag> in CompleteMultipartUploadResult is accepted (RGW); whitespace before the document
+ * (before the XML declaration or the root) is skipped — AWS sends some before a Complete's
+ * answer while it works, and its "200 with <Error>" comes that way too, but libxml2 refuses
+ * a declaration that is not at the very start.
+ * Also here: the times S3 writes (ISO 8601 in XML, IMF-fixdate in the Date header). Safety: no network access,
  * no entity substitution (XML_PARSE_NOENT is never set), libxml2's default size limits
  * (no XML_PARSE_HUGE), and the caller bounds the input (max_response_bytes). Malformed
  * input is -EPROTO, never a crash: tests/fuzz/fuzz_s3_xml.c feeds these functions.
@@ -32,6 +36,11 @@ static void xml_init(void)
 static xmlDocPtr parse(const char *xml, size_t len)
 {
     pthread_once(&xml_once, xml_init);
+    /* XML's white space (S ::= #x20 | #x9 | #xD | #xA) before the document */
+    while (xml && len && (*xml == ' ' || *xml == '\t' || *xml == '\r' || *xml == '\n')) {
+        xml++;
+        len--;
+    }
     if (!xml || len == 0 || len > INT_MAX) return NULL;
     return xmlReadMemory(xml, (int)len, "s3.xml", NULL,
                          XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING |
@@ -144,6 +153,34 @@ int s3_xml_parse_time(const char *s, int64_t *ms)
     if (*p) return -EPROTO;
     int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off_s;
     *ms = t * 1000 + frac_ms;
+    return 0;
+}
+
+int s3_http_parse_date(const char *s, int64_t *ms)
+{
+    static const char wdays[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    static const int mdays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    /* "Tue, 01 Dec 2026 19:56:58 GMT": 29 characters, every one in its place */
+    if (!s || strlen(s) != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' ||
+        s[16] != ' ' || s[19] != ':' || s[22] != ':' || s[25] != ' ' || strcmp(s + 26, "GMT"))
+        return -EPROTO;
+    int wd = -1, mo = -1;
+    for (int i = 0; i < 7; i++)
+        if (strncmp(s, wdays + 3 * i, 3) == 0) wd = i;
+    for (int i = 0; i < 12; i++)
+        if (strncmp(s + 8, months + 3 * i, 3) == 0) mo = i + 1;
+    int d = digits(s + 5, 2), y = digits(s + 12, 4);
+    int h = digits(s + 17, 2), mi = digits(s + 20, 2), sec = digits(s + 23, 2);
+    if (wd < 0 || mo < 0 || y < 0 || d < 1 || d > mdays[mo - 1] || h < 0 || h > 23 || mi < 0 ||
+        mi > 59 || sec < 0 || sec > 60)
+        return -EPROTO;
+    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    if (mo == 2 && d == 29 && !leap) return -EPROTO;
+    int64_t days = days_from_civil(y, mo, d);
+    /* 1970-01-01 was a Thursday (4, counting from Sunday) */
+    if ((int)(((days % 7) + 7 + 4) % 7) != wd) return -EPROTO;
+    *ms = (days * 86400 + h * 3600 + mi * 60 + sec) * 1000;
     return 0;
 }
 

@@ -97,3 +97,29 @@ Test(s3_retry, etags)
     strcpy(p[1].etag, "\"not-an-md5\"");
     cr_assert_eq(s3_multipart_etag(p, 2, e), -EINVAL);
 }
+
+Test(s3_retry, conflict_is_ambiguous_and_a_corrupt_copy_transient)
+{
+    cr_assert_eq(s3_retry_classify(0, 409, "ConditionalRequestConflict"), S3_RETRY_TWIN);
+    cr_assert_eq(s3_retry_classify(0, 409, "BucketNotEmpty"), S3_RETRY_NO);
+    cr_assert_eq(s3_retry_classify(-EBADMSG, 200, NULL), S3_RETRY_TRANSIENT,
+                 "a written copy that differs is sent again");
+    cr_assert_eq(s3_error_code(0, 409, "ConditionalRequestConflict"), DSTL_EREMOTE);
+    cr_assert_eq(s3_error_code(-EBADMSG, 0, NULL), DSTL_EREMOTE);
+}
+
+Test(s3_retry, etag_equality_and_checksum_encoding)
+{
+    cr_assert(s3_etag_eq("\"5EB63BBBE01EEED093CB22BB8F5ACDC3\"", "5eb63bbbe01eeed093cb22bb8f5acdc3"));
+    cr_assert(s3_etag_eq("\"abc-2\"", "\"abc-2\""));
+    cr_assert_not(s3_etag_eq("\"abc\"", "\"abd\""));
+    cr_assert_not(s3_etag_eq("", ""), "an empty ETag is nobody's");
+    cr_assert_not(s3_etag_eq("\"\"", "\"\""));
+    char b64[9];
+    s3_crc32c_b64(s3_crc32c(0, "", 0), b64);
+    cr_assert_str_eq(b64, "AAAAAA==");
+    s3_crc32c_b64(0xE3069283u, b64); /* CRC32C("123456789") */
+    cr_assert_str_eq(b64, "4waSgw==");
+    s3_crc32c_b64(s3_crc32c(0, "123456789", 9), b64);
+    cr_assert_str_eq(b64, "4waSgw==");
+}

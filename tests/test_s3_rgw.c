@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -399,6 +400,14 @@ Test(s3_rgw, callbacks_never_run_inside_the_start_call)
     cr_assert_eq(s3_client_pending(cli), 0);
 }
 
+/* Runs the loop until the detached cleanups are over (bounded by their deadline). */
+static void finish_cleanups(s3_client *c)
+{
+    for (int i = 0; s3_client_cleanups(c) > 0 && i < 10000; i++)
+        cr_assert_geq(s3_client_run(c, NULL, 0, 100), 0);
+    cr_assert_eq(s3_client_cleanups(c), 0, "the cleanups ended by their deadline");
+}
+
 Test(s3_rgw, cancelled_multipart_upload_leaves_nothing)
 {
     const size_t len = 24u << 20;
@@ -419,6 +428,7 @@ Test(s3_rgw, cancelled_multipart_upload_leaves_nothing)
     cr_assert_not(w.done, "cancel does not run the callback itself");
     while (!w.done) cr_assert_geq(s3_client_run(cli, NULL, 0, 1000), 0);
     cr_assert_eq(w.r.err, -ECANCELED, "%s", w.r.error);
+    finish_cleanups(cli);
     size_t objects = 9, uploads = 9;
     cr_assert_eq(t_s3_count(cli, bucket, NULL, &objects, &uploads), 0);
     cr_assert_eq(objects, 0);
@@ -437,6 +447,7 @@ Test(s3_rgw, cancelled_put_leaves_nothing)
     s3_op_cancel(op);
     while (!w.done) cr_assert_geq(s3_client_run(cli, NULL, 0, 1000), 0);
     cr_assert_eq(w.r.err, -ECANCELED, "%s", w.r.error);
+    finish_cleanups(cli);
     size_t objects = 9, uploads = 9;
     cr_assert_eq(t_s3_count(cli, bucket, NULL, &objects, &uploads), 0);
     cr_assert_eq(objects, 0);
@@ -472,4 +483,23 @@ Test(s3_rgw, unsigned_payload_with_crc32c)
     s3_client_free(c2);
     free(data);
     free(back);
+}
+
+Test(s3_rgw, results_and_listings_carry_the_servers_date)
+{
+    s3_result r;
+    cr_assert_eq(s3_put_object_sync(cli, bucket, "dated", "x", 1, false, &r), 0, "%s", r.error);
+    int64_t put_date = r.server_date_ms;
+    /* the server runs on this machine: its clock is ours, within any sane skew */
+    int64_t local = (int64_t)time(NULL) * 1000;
+    cr_assert(put_date > local - 86400000 && put_date < local + 86400000,
+              "PUT's Date %lld vs local %lld", (long long)put_date, (long long)local);
+    cr_assert_eq(put_date % 1000, 0, "IMF-fixdate has whole seconds");
+    s3_list l;
+    cr_assert_eq(s3_list_objects_all_sync(cli, bucket, NULL, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_geq(l.server_date_ms, put_date, "the listing came after the PUT");
+    cr_assert_eq(l.n_objects, 1);
+    cr_assert_geq(l.server_date_ms + 1000, l.objects[0].last_modified_ms,
+                  "ages are judged on the server's clock: LastModified is not after its Date");
+    s3_list_clear(&l);
 }

@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,4 +187,94 @@ Test(s3_xml, list_entries_carry_their_times)
     s3_list_clear(&l);
     cr_assert_eq(s3_xml_parse_list_uploads(L("<R><Upload><Key>k</Key><UploadId>u</UploadId>"
                                              "<Initiated>2026-11-30 12:00</Initiated></Upload></R>"), &l), -EPROTO);
+}
+
+/* AWS sends whitespace before the body of some answers (Complete, and its 200-with-<Error>):
+ * every parser skips it, before the XML declaration or the root. */
+static char wsbuf[1024];
+
+/* doc with whitespace in front, in wsbuf; returns its length. */
+static size_t ws(const char *doc)
+{
+    snprintf(wsbuf, sizeof wsbuf, " \r\n\t \n%s", doc);
+    return strlen(wsbuf);
+}
+
+Test(s3_xml, leading_whitespace_is_accepted_by_every_parser)
+{
+    char code[64], msg[64], rid[64], etag[64], id[64];
+    size_t n = ws("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
+                  "<Message>m</Message></Error>");
+    cr_assert_eq(s3_xml_parse_error(wsbuf, n, code, 64, msg, 64, rid, 64), 0);
+    cr_assert_str_eq(code, "SlowDown");
+    n = ws("<Error><Code>X</Code></Error>");
+    cr_assert_eq(s3_xml_parse_error(wsbuf, n, code, 64, msg, 64, rid, 64), 0, "without a declaration");
+    n = ws("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<CompleteMultipartUploadResult>"
+           "<ETag>\"e-2\"</ETag></CompleteMultipartUploadResult>");
+    cr_assert_eq(s3_xml_parse_complete(wsbuf, n, etag, 64, code, 64, msg, 64), 0);
+    cr_assert_str_eq(etag, "\"e-2\"");
+    n = ws("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>InternalError</Code>"
+           "<Message>We encountered an internal error.</Message></Error>");
+    cr_assert_eq(s3_xml_parse_complete(wsbuf, n, etag, 64, code, 64, msg, 64), 1, "a 200 with <Error>");
+    cr_assert_str_eq(code, "InternalError");
+    n = ws("<?xml version=\"1.0\"?><InitiateMultipartUploadResult><UploadId>u-1</UploadId>"
+           "</InitiateMultipartUploadResult>");
+    cr_assert_eq(s3_xml_parse_initiate(wsbuf, n, id, sizeof id), 0);
+    cr_assert_str_eq(id, "u-1");
+    s3_list l;
+    n = ws("<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>false</IsTruncated><Contents>"
+           "<Key>a</Key><Size>1</Size></Contents></ListBucketResult>");
+    cr_assert_eq(s3_xml_parse_list_objects(wsbuf, n, &l), 0);
+    cr_assert_eq(l.n_objects, 1);
+    s3_list_clear(&l);
+    n = ws("<?xml version=\"1.0\"?><ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>u"
+           "</UploadId></Upload></ListMultipartUploadsResult>");
+    cr_assert_eq(s3_xml_parse_list_uploads(wsbuf, n, &l), 0);
+    cr_assert_eq(l.n_uploads, 1);
+    s3_list_clear(&l);
+    n = ws("<?xml version=\"1.0\"?><ListPartsResult><Part><PartNumber>1</PartNumber><Size>5</Size>"
+           "</Part></ListPartsResult>");
+    cr_assert_eq(s3_xml_parse_list_parts(wsbuf, n, &l), 0);
+    cr_assert_eq(l.n_parts, 1);
+    s3_list_clear(&l);
+    size_t errors = 9;
+    n = ws("<?xml version=\"1.0\"?><DeleteResult></DeleteResult>");
+    cr_assert_eq(s3_xml_parse_delete_result(wsbuf, n, &errors, NULL, 0, NULL, 0), 0);
+    cr_assert_eq(errors, 0);
+    /* whitespace only, or text before the document, is still no document */
+    cr_assert_eq(s3_xml_parse_error(L("  \n  "), code, 64, msg, 64, rid, 64), -EPROTO);
+    cr_assert_eq(s3_xml_parse_error(L(" x<Error/>"), code, 64, msg, 64, rid, 64), -EPROTO);
+}
+
+Test(s3_xml, http_dates_imf_fixdate_only)
+{
+    int64_t ms = -1;
+    cr_assert_eq(s3_http_parse_date("Tue, 01 Dec 2026 19:56:58 GMT", &ms), 0);
+    cr_assert_eq(ms, 1796155018000ll);
+    cr_assert_eq(s3_http_parse_date("Thu, 01 Jan 1970 00:00:00 GMT", &ms), 0);
+    cr_assert_eq(ms, 0);
+    cr_assert_eq(s3_http_parse_date("Thu, 29 Feb 2024 23:59:59 GMT", &ms), 0, "leap day");
+    cr_assert_eq(ms, 1709251199000ll);
+    cr_assert_eq(s3_http_parse_date("Sun, 06 Nov 1994 08:49:37 GMT", &ms), 0, "RFC 7231's example");
+    cr_assert_eq(ms, 784111777000ll);
+    const char *bad[] = {
+        "",
+        "Tue, 01 Dec 2026 19:56:58",          /* no zone */
+        "Tue, 01 Dec 2026 19:56:58 UTC",      /* GMT only */
+        "Tue, 1 Dec 2026 19:56:58 GMT",       /* two-digit day */
+        "Wed, 01 Dec 2026 19:56:58 GMT",      /* the weekday does not match */
+        "tue, 01 Dec 2026 19:56:58 GMT",      /* case-sensitive */
+        "Tue, 01 dec 2026 19:56:58 GMT",
+        "Tue, 32 Dec 2026 19:56:58 GMT",
+        "Thu, 29 Feb 2023 00:00:00 GMT",      /* not a leap year */
+        "Tue, 01 Dec 2026 24:00:00 GMT",
+        "Tue, 01 Dec 2026 19:60:00 GMT",
+        "Tue, 01 Dec 2026 19:56:58 GMT ",     /* trailing text */
+        "Tuesday, 01-Dec-26 19:56:58 GMT",    /* RFC 850 */
+        "Tue Dec  1 19:56:58 2026",           /* asctime */
+        "2026-12-01T19:56:58Z",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(s3_http_parse_date(bad[i], &ms), -EPROTO, "'%s' refused", bad[i]);
+    cr_assert_eq(s3_http_parse_date(NULL, &ms), -EPROTO);
 }

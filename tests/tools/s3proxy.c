@@ -13,9 +13,20 @@
  *   FAULT    pass          forward untouched
  *            500           answer 500 InternalError without forwarding
  *            503           answer 503 SlowDown without forwarding
+ *            nosuchupload  answer 404 NoSuchUpload without forwarding (what AWS answers a
+ *                          Complete re-sent after the first was carried out; RGW 16 answers
+ *                          such a re-send with 200, so a script pairs drop-reused with this)
  *            delay=MS      forward, then hold the answer MS milliseconds before sending it
  *            reset         forward, send half of the answer, then reset the connection (RST)
  *            truncate      forward, send the head and half of the body, then close (FIN)
+ *            corrupt       flip one byte in the middle of the request body, then forward it
+ *                          (a body damaged in transit: the server stores what it got)
+ *            drop-reused   on a connection that already carried a request: forward, read the
+ *                          answer, then close without sending any of it — the client sees a
+ *                          reused connection die before the first response byte, which libcurl
+ *                          re-sends by itself on a fresh connection (the server has carried it
+ *                          out already); a first request on a connection passes and leaves the
+ *                          rule unused
  * Each request takes the first rule that matches it and has uses left, and uses it up once;
  * a request no rule takes passes. Example: "PUT 500 x2" fails the first two PUTs.
  *
@@ -46,7 +57,7 @@
 #define MAX_RULES 32
 #define MAX_MSG_BYTES (256u << 20)
 
-typedef enum { F_PASS, F_500, F_503, F_DELAY, F_RESET, F_TRUNCATE } fault;
+typedef enum { F_PASS, F_500, F_503, F_DELAY, F_RESET, F_TRUNCATE, F_CORRUPT, F_DROP_REUSED, F_NO_SUCH_UPLOAD } fault;
 
 typedef struct rule {
     char method[16];
@@ -203,7 +214,8 @@ static int connect_upstream(void)
     return fd;
 }
 
-static rule take_rule(const char *method, const char *target)
+/* reused: the connection carried a request before this one (drop-reused applies only then) */
+static rule take_rule(const char *method, const char *target, bool reused)
 {
     rule r = {.f = F_PASS};
     pthread_mutex_lock(&rules_mu);
@@ -212,6 +224,7 @@ static rule take_rule(const char *method, const char *target)
         if (x->left <= 0) continue;
         if (strcmp(x->method, "*") && strcmp(x->method, method)) continue;
         if (x->text[0] && !strstr(target, x->text)) continue;
+        if (x->f == F_DROP_REUSED && !reused) continue;
         x->left--;
         r = *x;
         break;
@@ -231,7 +244,11 @@ static int send_error(int fd, int status, const char *code, const char *message)
     int ml = snprintf(msg, sizeof msg,
                       "HTTP/1.1 %d %s\r\nContent-Type: application/xml\r\nContent-Length: %d\r\n"
                       "x-amz-request-id: s3proxy-%lu\r\n\r\n%s",
-                      status, status == 500 ? "Internal Server Error" : "Service Unavailable", bl,
+                      status,
+                      status == 500   ? "Internal Server Error"
+                      : status == 404 ? "Not Found"
+                                      : "Service Unavailable",
+                      bl,
                       id, body);
     return write_all(fd, msg, (size_t)ml);
 }
@@ -275,7 +292,7 @@ static void *serve(void *arg)
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    for (;;) {
+    for (unsigned long served = 0;; served++) {
         long hl = read_head(fd, &in);
         if (hl < 0) break;
         size_t head_len = (size_t)hl;
@@ -289,12 +306,14 @@ static void *serve(void *arg)
                         ? strtoul(v, NULL, 10) : 0;
         if (fill(fd, &in, head_len + cl)) break;
         buf req = {in.p, head_len + cl, in.cap};
-        rule r = take_rule(method, target);
+        rule r = take_rule(method, target, served > 0);
         bool close_after = false;
-        if (r.f == F_500 || r.f == F_503) {
-            int rc = r.f == F_500
-                         ? send_error(fd, 500, "InternalError", "injected by s3proxy")
-                         : send_error(fd, 503, "SlowDown", "Please reduce your request rate.");
+        if (r.f == F_CORRUPT && cl > 0) in.p[head_len + cl / 2] ^= 0x01;
+        if (r.f == F_500 || r.f == F_503 || r.f == F_NO_SUCH_UPLOAD) {
+            int rc = r.f == F_500   ? send_error(fd, 500, "InternalError", "injected by s3proxy")
+                     : r.f == F_503 ? send_error(fd, 503, "SlowDown", "Please reduce your request rate.")
+                                    : send_error(fd, 404, "NoSuchUpload",
+                                                 "The specified upload does not exist.");
             if (rc) break;
         } else {
             long n = exchange(&up, &req, strcmp(method, "HEAD") == 0, &out);
@@ -315,6 +334,9 @@ static void *serve(void *arg)
                 close_after = true;
                 break;
             }
+            case F_DROP_REUSED:
+                close_after = true; /* carried out upstream; the client gets nothing */
+                break;
             case F_TRUNCATE: {
                 size_t half = n > ohl ? (size_t)ohl + (size_t)(n - ohl) / 2 : (size_t)ohl / 2;
                 write_all(fd, out.p, half);
@@ -364,6 +386,9 @@ static int parse_script(const char *s)
         else if (strncmp(f, "delay=", 6) == 0) r->f = F_DELAY, r->delay_ms = atoi(f + 6);
         else if (strcmp(f, "reset") == 0) r->f = F_RESET;
         else if (strcmp(f, "truncate") == 0) r->f = F_TRUNCATE;
+        else if (strcmp(f, "corrupt") == 0) r->f = F_CORRUPT;
+        else if (strcmp(f, "drop-reused") == 0) r->f = F_DROP_REUSED;
+        else if (strcmp(f, "nosuchupload") == 0) r->f = F_NO_SUCH_UPLOAD;
         else return -1;
         r->left = times[0] == 'x' ? atoi(times + 1) : 1;
         if (r->left <= 0) return -1;
