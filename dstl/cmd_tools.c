@@ -344,9 +344,10 @@ int cmd_gc(const cmd_globals *g, int argc, char **argv)
         const char *remote = dstl_config_get(c, "dstl.remote.uri");
         printf("dstl gc %s%s%s: %zu live handle(s), min-age %s%s\n", dir, *remote ? " and " : "", remote, nlive,
                min_age, dry ? ", dry run: nothing was changed" : "");
-        printf("%" PRIu64 " scanned, %" PRIu64 " %s (%" PRIu64 " B), %" PRIu64 " kept live, %" PRIu64 " kept young\n",
+        printf("%" PRIu64 " scanned, %" PRIu64 " %s (%" PRIu64 " B), %" PRIu64 " kept live, %" PRIu64
+               " kept young, %" PRIu64 " kept for running storages\n",
                rep.scanned, rep.deleted, dry ? "would be deleted" : "deleted", rep.bytes_deleted, rep.kept_live,
-               rep.kept_young);
+               rep.kept_young, rep.kept_running);
     }
     dstl_storage_close(s);
     dstl_config_free(c);
