@@ -217,6 +217,7 @@ struct dstl_storage {
     remote_loc remote;
     pthread_t thread;
     int thread_started;
+    int test_upload_err;        /* storage_test_opts.fail_upload_start (tests only) */
     int store_err;              /* sticky local store failure (fail-stop) */
     char store_err_msg[512];    /* its detail: "local store DIR failed since ..." (under mu) */
 

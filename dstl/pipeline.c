@@ -473,9 +473,12 @@ static void flush(loop_state *ls)
                                  .multipart_threshold = s->cv.upload_multipart_threshold_bytes,
                                  .if_none_match = true};
             rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
+            if (rc == 0 && s->test_upload_err) rc = s->test_upload_err;
             if (rc == 0) rc = s3_upload(s->s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op,
                                         on_uploaded, b);
             if (rc < 0) {
+                /* No upload runs: nothing may wait for one (deletion waits while uploading). */
+                b->g->uploading = 0;
                 b->remote_done = 1;
                 b->remote_res = rc;
                 snprintf(b->remote_err, sizeof b->remote_err, "upload s3://%s/%.300s: %s", s->remote.bucket, b->key,

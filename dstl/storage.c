@@ -33,6 +33,7 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     dstl_storage *s = calloc(1, sizeof *s);
     if (!s) return err_fail(-ENOMEM, "dstl_storage_open: out of memory");
     s->wake_fd = -1;
+    s->test_upload_err = t ? t->fail_upload_start : 0;
     int rc = config_clone(c, &s->cfg);
     if (rc == 0) rc = config_resolve(s->cfg, &s->cv);
     if (rc < 0) goto fail;

@@ -11,6 +11,9 @@ struct ioeng_fault;
 
 typedef struct {
     struct ioeng_fault *fault;   /* wrap the local store's I/O engine in this fault script */
+    /* Nonzero (a negative errno): every s3_upload the pipeline starts fails synchronously
+     * with this code, as an out-of-memory start would. */
+    int fail_upload_start;
 } storage_test_opts;
 
 int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_storage **out);

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "dstl.h"
+#include "dstl/storage_test.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 #include "tests/helpers_s3.h"
@@ -375,4 +376,36 @@ Test(remote_faults, slowdown_and_slow_multipart_retry_and_hedge_leaving_nothing,
     all[1] = more[0];
     free(more);
     drain_and_check(s, w, all, 2);
+}
+
+/* An upload that cannot even start (s3_upload fails at once: out of memory, a bad argument)
+ * under local durability: the persists are durable locally, and the segment, once nobody
+ * needs it, is deleted and the storage closes. The segment used to stay marked "uploading"
+ * for ever: its deletion was put off at every turn and dstl_storage_close never returned. */
+Test(remote_faults, an_upload_that_cannot_start_leaves_nothing_waiting, .timeout = 60)
+{
+    char uri[128], ldir[4200];
+    snprintf(uri, sizeof uri, "s3://%s/p", bucket);
+    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    dstl_config *c = t_config(ldir, "dstl.remote.uri", uri, "dstl.durability", "local", "dstl.s3.endpoint",
+                              env.endpoint, "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key,
+                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.path-style", "true", NULL);
+    storage_test_opts t = {.fail_upload_start = -ENOMEM};
+    dstl_storage *s = NULL;
+    cr_assert_eq(storage_open_test(c, &t, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "w0", 0, NKG - 1, &w), 0);
+    t_append_n(w, 3, 50, 0, NKG, 300);
+    dstl_handle *h = t_persist(w, 0, 1);
+    cr_assert_eq(t_verify(s, h, 3, 0, NKG, 0, NKG - 1, 300), 50, "%s", dstl_last_error());
+    cr_assert_eq(t_count_segments(ldir), 1);
+    cr_assert_eq(dstl_handle_discard(s, h), 0);
+    dstl_handle_free(h);
+    cr_assert_eq(dstl_truncate(w, dstl_writer_next_seq(w)), 0);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    int64_t t0 = now_ms();
+    cr_assert_eq(dstl_storage_close(s), 0);
+    cr_assert_lt(now_ms() - t0, 20000, "close took %lld ms", (long long)(now_ms() - t0));
+    cr_assert_eq(t_count_segments(ldir), 0, "the unreferenced segment is deleted");
 }
