@@ -33,6 +33,7 @@ static const char *const backpressure_choices[] = {"block", "fail", NULL};
 static const char *const compression_choices[] = {"none", "lz4", "zstd", NULL};
 static const char *const engine_choices[] = {"io_uring", "libaio", "psync", NULL};
 static const char *const payload_choices[] = {"unsigned", "sha256", NULL};
+static const char *const verify_choices[] = {"auto", "read-back", NULL};
 
 #define OFF(f) offsetof(config_values, f)
 #define KIB ((uint64_t)1024)
@@ -65,8 +66,14 @@ static const key_def keys[] = {
     {{"dstl.s3.ca-file", "", "text", "CA bundle for TLS verification; empty = system default", 0},
      K_TEXT, NULL, OFF(s3_ca_file), 0, 0},
     {{"dstl.s3.payload-signing", "unsigned", "enum: unsigned|sha256",
-      "unsigned = UNSIGNED-PAYLOAD plus a CRC32C checksum the server verifies (fast); sha256 = signed body digest", 0},
+      "unsigned = UNSIGNED-PAYLOAD plus a CRC32C checksum (AWS and MinIO verify it; Ceph RGW 16 ignores it, "
+      "so dstl.s3.verify-writes checks the stored copy); sha256 = signed body digest, which every SigV4 server verifies", 0},
      K_ENUM, payload_choices, OFF(s3_payload), 0, 0},
+    {{"dstl.s3.verify-writes", "auto", "enum: auto|read-back",
+      "auto = a segment counts as written only once the server's copy is shown equal: its echoed CRC32C (AWS), "
+      "else the signed SHA-256, else an ETag equal to the body's MD5 (RGW 16 with unsigned payloads); "
+      "read-back = read each object back and compare (servers with neither a checksum nor an MD5 ETag: SSE-KMS, SSE-C)", 0},
+     K_ENUM, verify_choices, OFF(s3_verify_writes), 0, 0},
     {{"dstl.batch.persist-delay", "10ms", "duration",
       "how long the batcher gathers persists into one segment; 0 = group commit (flush at once when idle)", 0},
      K_DURATION, NULL, OFF(persist_delay_us), 0, 60 * SEC_US},

@@ -19,6 +19,7 @@ enum { CFG_BACKPRESSURE_BLOCK = 0, CFG_BACKPRESSURE_FAIL = 1 };
 enum { CFG_COMP_NONE = 0, CFG_COMP_LZ4 = 1, CFG_COMP_ZSTD = 2 };  /* = WIRE_COMP_* */
 enum { CFG_IO_URING = 0, CFG_IO_LIBAIO = 1, CFG_IO_PSYNC = 2 };
 enum { CFG_PAYLOAD_UNSIGNED = 0, CFG_PAYLOAD_SHA256 = 1 };
+enum { CFG_VERIFY_AUTO = 0, CFG_VERIFY_READ_BACK = 1 };
 
 typedef struct {
     const char *local_dir;
@@ -30,6 +31,7 @@ typedef struct {
     int s3_tls_verify;
     const char *s3_ca_file;
     int s3_payload;                      /* CFG_PAYLOAD_* */
+    int s3_verify_writes;                /* CFG_VERIFY_* */
     uint64_t persist_delay_us;
     uint64_t persist_size_threshold_bytes;
     uint64_t preemptive_persist_threshold_bytes;

@@ -75,6 +75,7 @@ int remote_client_new(const config_values *cv, s3_client **out)
         .max_attempts = (int)cv->upload_max_attempts,
         .next_attempt_delay_ms = (uint32_t)cv->upload_next_attempt_delay_ms,
         .payload = cv->s3_payload == CFG_PAYLOAD_SHA256 ? S3_PAYLOAD_SHA256 : S3_PAYLOAD_UNSIGNED_CRC32C,
+        .verify_writes = cv->s3_verify_writes == CFG_VERIFY_READ_BACK ? S3_VERIFY_READ_BACK : S3_VERIFY_AUTO,
     };
     s3_result r;
     memset(&r, 0, sizeof r);
