@@ -60,7 +60,8 @@ typedef struct range {
     uint64_t seq_first, seq_end;
     uint64_t payload_first;     /* cumulative payload bytes before seq_first */
     uint64_t payload_bytes;     /* payload bytes of its records */
-    uint64_t rec_bytes;         /* bytes in pending-record format (what in-flight counts) */
+    uint64_t rec_bytes;         /* bytes in pending-record format */
+    uint64_t enc_reserve;       /* in-flight room reserved for its encoded copy (admission) */
     int state;
     int truncated;              /* truncated while in flight: drop when the batch ends */
     wire_span *spans;           /* the records, while not durable (chunks outlive them) */
@@ -192,9 +193,17 @@ struct dstl_storage {
     /* queue to the pipeline (under mu) */
     bsec *q_head, **q_tail;
     uint64_t q_len;
+    uint64_t q_waiting;         /* hand-offs queued or in the open batch, not yet flushed */
     int wake_fd;                /* eventfd: the pipeline has work */
     int closing;
+    /* dstl.upload.max-in-flight (under mu): every byte the pipeline keeps for handed-off
+     * records — the records until durable (they stay in the writers' chunks for a retry),
+     * the room reserved for their encoded copy, then the encoded segment buffer until both
+     * copies are written. Hand-offs are admitted in arrival order (adm_head); a flush that
+     * needs more room than its ranges reserved waits with flush_need, ahead of them. */
     uint64_t in_flight_bytes;
+    uint64_t flush_need;
+    struct admit_waiter *adm_head;
 
     struct dstl_writer *writers;
     size_t nwriters;
@@ -275,8 +284,13 @@ void metrics_write_file(dstl_storage *s);
 int pipeline_start(dstl_storage *s);
 void pipeline_stop(dstl_storage *s);
 void pipeline_wake(dstl_storage *s);
-/* Queue a range for writing (under s->mu); the caller wakes the pipeline after unlocking. */
+/* Queue a range for writing (under s->mu); the caller wakes the pipeline after unlocking.
+ * The range's rec_bytes + enc_reserve were charged to s->in_flight_bytes at admission. */
 int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r);
+/* The in-flight room a hand-off of rec_bytes reserves for its encoded copy: its share of a
+ * segment (the records re-framed, its index entry, the segment's fixed parts), twice the
+ * records when compressing (the codec's bound plus the encoder's scratch copy). */
+uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes);
 
 /* handle.c */
 dstl_handle *handle_wrap(wire_handle *wh);

@@ -74,18 +74,28 @@ typedef struct batch {
     uint64_t flushed_ns;
     struct s3_op *op;           /* the upload, while it runs */
     char name[64];              /* the segment's name (the seg may be gone when it failed) */
+    uint64_t reserve;           /* its ranges' encoding reserves, still charged (until encoded) */
     size_t counted_buf;         /* bytes of the encoded buffer counted in s->in_flight_bytes */
+    struct loop_state *ls;      /* the pipeline's (the segment buffer comes from its pool) */
+    int deferred;               /* the last flush waited for room (flush_need is its need) */
     char key[640];
     char local_err[512], remote_err[512];
 } batch;
 
 /* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
- * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header;
- * capacities round up to 1 MiB so buffers fit the next batches; the pool keeps at most
- * POOL_MAX_BYTES idle (about one segment at the default persist-size-threshold). Pipeline
- * thread only: the encoder allocates and batch_free releases there. */
-#define POOL_ROUND (1u << 20)
+ * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header; new
+ * ones are sized to the page, and a pooled one is reused only when it is at most a quarter
+ * larger than asked: every byte of a buffer counts against dstl.upload.max-in-flight while it
+ * holds a segment, so a large buffer must not carry a small one. The pool keeps at most
+ * POOL_MAX_BYTES idle (about one segment at the default persist-size-threshold; outside the
+ * bound, inside the 64 MiB of RSS the design allows beyond it). Pipeline thread only. */
+#define POOL_PAGE 4096u
 #define POOL_MAX_BYTES (16u << 20)
+/* The in-flight room a hand-off reserves beyond its records for its share of the segment it
+ * lands in: the segment's header, trailer and footer fields and its section's index entry
+ * with its key-group runs (about 25 bytes each: 4 KiB is ~150 runs). A segment that needs
+ * more waits for the room like any hand-off (seg_alloc). */
+#define SECTION_RESERVE_BYTES 4096u
 
 typedef struct pbuf {
     struct pbuf *next;
@@ -98,28 +108,22 @@ typedef struct {
     size_t idle_bytes;
 } buf_pool;
 
-static void *pool_alloc(void *ctx, size_t len)
+/* The smallest pooled buffer of len bytes or more, when it is at most a quarter larger. */
+static pbuf *pool_take(buf_pool *p, size_t len)
 {
-    buf_pool *p = ctx;
     pbuf **best = NULL;
     for (pbuf **pp = &p->free_list; *pp; pp = &(*pp)->next)
-        if ((*pp)->cap >= len && (!best || (*pp)->cap < (*best)->cap)) best = pp;
-    if (best) {
-        pbuf *b = *best;
-        *best = b->next;
-        p->idle_bytes -= b->cap;
-        return b + 1;
-    }
-    size_t cap = (len + POOL_ROUND - 1) / POOL_ROUND * POOL_ROUND;
-    pbuf *b = malloc(sizeof *b + cap);
-    if (!b) return NULL;
-    b->cap = cap;
-    return b + 1;
+        if ((*pp)->cap >= len && (*pp)->cap - len <= len / 4 + POOL_PAGE && (!best || (*pp)->cap < (*best)->cap))
+            best = pp;
+    if (!best) return NULL;
+    pbuf *b = *best;
+    *best = b->next;
+    p->idle_bytes -= b->cap;
+    return b;
 }
 
-static void pool_release(void *ctx, void *ptr)
+static void pool_put(buf_pool *p, void *ptr)
 {
-    buf_pool *p = ctx;
     if (!ptr) return;
     pbuf *b = (pbuf *)ptr - 1;
     if (p->idle_bytes + b->cap > POOL_MAX_BYTES) {
@@ -141,7 +145,7 @@ static void pool_free(buf_pool *p)
     p->idle_bytes = 0;
 }
 
-typedef struct {
+typedef struct loop_state {
     dstl_storage *s;
     buf_pool pool;
     batch *open;
@@ -167,11 +171,19 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
     r->state = RANGE_INFLIGHT;
     r->sec = b;
     w->inflight_ranges++;
-    s->in_flight_bytes += r->rec_bytes;
+    r->enc_reserve = pipeline_enc_reserve(s, r->rec_bytes);
     *s->q_tail = b;
     s->q_tail = &b->next;
     s->q_len++;
+    s->q_waiting++;
     return 0;
+}
+
+uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes)
+{
+    /* Re-framed records are never larger than their pending form (a varint seq gap and length,
+     * at most 6 bytes below 2 M records and 2 MiB, against an 8-byte header and padding). */
+    return rec_bytes + SECTION_RESERVE_BYTES + (s->cv.compression != CFG_COMP_NONE ? rec_bytes : 0);
 }
 
 static void seg_name(const dstl_storage *s, uint64_t no, char *buf, size_t cap)
@@ -230,7 +242,8 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         g = b->g = NULL;
         if (res == -EIO) s->store_err = res;
     }
-    s->in_flight_bytes -= b->bytes;
+    s->in_flight_bytes -= b->bytes + b->reserve;    /* records; a reserve never encoded */
+    b->reserve = 0;
     if (b->pending_io == 0) {
         /* Both copies are done, so the encoded buffer is free too: release it with the records,
          * before any future sees its completion (a caller that waited for its persist finds the
@@ -399,6 +412,55 @@ static void reap_batches(loop_state *ls)
 
 /* ---- flush ---- */
 
+/* The encoder's allocator for batch ctx's segment buffer: it trades the batch's encoding
+ * reserves for the buffer's real size under s->mu. When the buffer needs more room than the
+ * reserves and dstl.upload.max-in-flight has none, and other segments are being written
+ * (their end brings room), it refuses (NULL) and the flush waits, its need (flush_need)
+ * going before any new hand-off; with nothing else being written it goes ahead (it could
+ * never get room otherwise). */
+static void *seg_alloc(void *ctx, size_t len)
+{
+    batch *b = ctx;
+    dstl_storage *s = b->s;
+    loop_state *ls = b->ls;
+    pbuf *buf = pool_take(&ls->pool, len);
+    size_t cap = buf ? buf->cap : (len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
+    pthread_mutex_lock(&s->mu);
+    uint64_t extra = cap > b->reserve ? cap - b->reserve : 0;
+    if (extra && s->in_flight_bytes + extra > s->cv.max_in_flight_bytes && ls->inflight_list) {
+        s->flush_need = extra;
+        b->deferred = 1;
+        pthread_mutex_unlock(&s->mu);
+        pool_put(&ls->pool, buf ? buf + 1 : NULL);
+        return NULL;
+    }
+    s->in_flight_bytes = s->in_flight_bytes + cap - b->reserve;
+    b->reserve = 0;
+    b->counted_buf = cap;
+    b->deferred = 0;
+    s->flush_need = 0;
+    pthread_cond_broadcast(&s->room_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (!buf && (buf = malloc(sizeof *buf + cap))) buf->cap = cap;
+    return buf ? buf + 1 : NULL;   /* out of memory: the count goes with the batch (batch_end) */
+}
+
+static void seg_release(void *ctx, void *ptr)
+{
+    batch *b = ctx;
+    pool_put(&b->ls->pool, ptr);
+}
+
+/* Whether the open batch's last flush waited for room and still has none (s->mu held). */
+static int flush_waits(const loop_state *ls)
+{
+    const dstl_storage *s = ls->s;
+    return ls->open && ls->open->deferred && ls->inflight_list &&
+           s->in_flight_bytes + s->flush_need > s->cv.max_in_flight_bytes;
+}
+
+/* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
+ * for in-flight room (seg_alloc), leaves it open to try again on a later turn. */
 static void flush(loop_state *ls)
 {
     dstl_storage *s = ls->s;
@@ -407,11 +469,12 @@ static void flush(loop_state *ls)
 
     wire_section_in *in = calloc(b->n, sizeof *in);
     pthread_mutex_lock(&s->mu);
-    b->g = reg_new_segment(s);
+    if (!b->g) b->g = reg_new_segment(s);
     pthread_mutex_unlock(&s->mu);
     if (!in || !b->g) {
         free(in);
         pthread_mutex_lock(&s->mu);
+        s->q_waiting -= b->n;
         batch_end(s, b, -ENOMEM, "out of memory building a segment");
         pthread_mutex_unlock(&s->mu);
         batch_free(b);
@@ -425,22 +488,25 @@ static void flush(loop_state *ls)
                                   x->r->spans, x->r->nspans};
     }
     wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
-                       .compression = s->cv.compression, .alloc = pool_alloc, .release = pool_release,
-                       .alloc_ctx = &ls->pool};
+                       .compression = s->cv.compression, .alloc = seg_alloc, .release = seg_release,
+                       .alloc_ctx = b};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     wire_err e = {{0}};
     int rc = wire_segment_encode(&o, in, b->n, &b->out, &e);
     free(in);
+    if (rc < 0 && b->deferred) {
+        ls->open = b;                 /* waits for room; more ranges may join it meanwhile */
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->q_waiting -= b->n;             /* written now (or failed): no longer waiting for a batch */
+    pthread_mutex_unlock(&s->mu);
     if (rc == 0) {
-        /* The encoded copy counts against dstl.upload.max-in-flight as well as the records
-         * it came from (they stay in the writers until durable, for a retry): the bound is on
-         * memory, so peak RSS stays near max-in-flight whatever the load. */
-        pthread_mutex_lock(&s->mu);
-        s->in_flight_bytes += b->out.cap;
-        b->counted_buf = b->out.cap;
-        pthread_mutex_unlock(&s->mu);
+        /* The encoded copy now counts against dstl.upload.max-in-flight (seg_alloc) as well
+         * as the records it came from (they stay in the writers until durable, for a retry):
+         * the bound is on memory, so peak RSS stays near max-in-flight whatever the load. */
         b->g->size = b->out.len;
         b->g->footer_offset = b->out.footer_offset;
         b->g->footer_len = b->out.footer_len;
@@ -624,6 +690,13 @@ static int flush_due(const loop_state *ls, int closing, uint64_t now)
     const dstl_storage *s = ls->s;
     const batch *b = ls->open;
     if (!b) return 0;
+    if (b->deferred) {
+        pthread_mutex_lock(&ls->s->mu);
+        int waits = flush_waits(ls);
+        pthread_mutex_unlock(&ls->s->mu);
+        if (waits) return 0;          /* its room comes with a segment's end: a later turn */
+        return 1;
+    }
     if (closing || b->bytes >= s->cv.persist_size_threshold_bytes) return 1;
     if (s->cv.persist_delay_us == 0) return local_writes_in_flight(s) < GROUP_COMMIT_DEPTH;
     return now >= b->opened_ns + s->cv.persist_delay_us * 1000;
@@ -678,6 +751,7 @@ static void *pipeline_main(void *arg)
                     ls.open->s = s;
                     ls.open->tail = &ls.open->head;
                     ls.open->opened_ns = now_ns();
+                    ls.open->ls = &ls;
                 }
             }
             /* Memory for the batch is one small struct; if even that fails the queue waits
@@ -690,6 +764,7 @@ static void *pipeline_main(void *arg)
                 ls.open->tail = &x->next;
                 ls.open->n++;
                 ls.open->bytes += x->r->rec_bytes;
+                ls.open->reserve += x->r->enc_reserve;
                 s->q_len--;
             }
             if (!s->q_head) s->q_tail = &s->q_head;

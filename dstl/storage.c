@@ -144,7 +144,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.segment_bytes = s->st_segment_bytes;
     st.segments_deleted = s->st_segments_deleted;
     st.in_flight_bytes = s->in_flight_bytes;
-    st.queued_persists = s->q_len;
+    st.queued_persists = s->q_waiting;
     st.persist_p50_us = histo_quantile(&s->persist_lat_us, 0.50);
     st.persist_p99_us = histo_quantile(&s->persist_lat_us, 0.99);
     st.persist_max_us = s->persist_lat_us.max;

@@ -222,20 +222,68 @@ void range_free(range *r)
 
 /* ---- hand-off ---- */
 
-/* Waits for room under dstl.upload.max-in-flight (s->mu held). One hand-off may exceed the
- * bound when nothing is in flight, or it could never go. */
-static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t bytes)
+/* A hand-off waiting for room: one per blocked writer, on its stack, in arrival order. */
+typedef struct admit_waiter {
+    struct admit_waiter *next;
+} admit_waiter;
+
+/* Whether cost more bytes fit under dstl.upload.max-in-flight now (s->mu held). A flush the
+ * pipeline holds back for room counts as taken: it goes before new hand-offs. The one
+ * exception to the bound: a hand-off larger than it is admitted alone, when nothing else is
+ * in flight (or it could never go). */
+static int room_for(const dstl_storage *s, uint64_t cost)
 {
-    while (s->in_flight_bytes > 0 && s->in_flight_bytes + bytes > s->cv.max_in_flight_bytes) {
-        if (s->closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
+    uint64_t used = s->in_flight_bytes + s->flush_need;
+    return used == 0 || used + cost <= s->cv.max_in_flight_bytes;
+}
+
+static void admit_remove(dstl_storage *s, admit_waiter *me)
+{
+    for (admit_waiter **pp = &s->adm_head; *pp; pp = &(*pp)->next)
+        if (*pp == me) {
+            *pp = me->next;
+            return;
+        }
+}
+
+/* Takes cost bytes of dstl.upload.max-in-flight for a hand-off (s->mu held): at once when
+ * nobody waits and they fit, else after every earlier waiting hand-off (arrival order, so a
+ * large one is not starved by a stream of small ones), or -EAGAIN (dstl.backpressure: fail),
+ * DSTL_ECLOSED. On success the bytes are charged to s->in_flight_bytes. */
+static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t cost)
+{
+    if (s->closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
+    if (s->adm_head || !room_for(s, cost)) {
         if (s->cv.backpressure == CFG_BACKPRESSURE_FAIL)
-            return err_fail(-EAGAIN, "writer %s: %llu bytes in flight, %llu more would pass "
+            return err_fail(-EAGAIN, "writer %s: %llu bytes in flight%s, %llu more would pass "
                             "dstl.upload.max-in-flight (%llu)", w->id,
-                            (unsigned long long)s->in_flight_bytes, (unsigned long long)bytes,
-                            (unsigned long long)s->cv.max_in_flight_bytes);
-        pthread_cond_wait(&s->room_cv, &s->mu);
+                            (unsigned long long)(s->in_flight_bytes + s->flush_need),
+                            s->adm_head ? " and hand-offs waiting before this one" : "",
+                            (unsigned long long)cost, (unsigned long long)s->cv.max_in_flight_bytes);
+        admit_waiter me = {NULL}, **tail = &s->adm_head;
+        while (*tail) tail = &(*tail)->next;
+        *tail = &me;
+        while (s->adm_head != &me || !room_for(s, cost)) {
+            if (s->closing) {
+                admit_remove(s, &me);
+                pthread_cond_broadcast(&s->room_cv);
+                return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
+            }
+            pthread_cond_wait(&s->room_cv, &s->mu);
+        }
+        s->adm_head = me.next;
+        pthread_cond_broadcast(&s->room_cv);   /* the next one may fit as well */
     }
-    return s->closing ? err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id) : 0;
+    s->in_flight_bytes += cost;
+    return 0;
+}
+
+/* Gives back in-flight room taken by wait_room and not used (s->mu held). */
+static void room_return(dstl_storage *s, uint64_t cost)
+{
+    if (!cost) return;
+    s->in_flight_bytes -= cost;
+    pthread_cond_broadcast(&s->room_cv);
 }
 
 /* Turns the unsent records into a new in-flight range at the end of w->ranges (s->mu held;
@@ -276,30 +324,33 @@ static int handoff_tail(dstl_writer *w, range **out)
 static int send_ranges(dstl_writer *w, uint64_t from)
 {
     dstl_storage *s = w->s;
-    uint64_t bytes = w->unsent_bytes;
+    uint64_t cost = w->unsent_bytes ? w->unsent_bytes + pipeline_enc_reserve(s, w->unsent_bytes) : 0;
     for (range *r = w->ranges; r; r = r->next)
-        if (r->state == RANGE_FAILED && r->seq_end > from) bytes += r->rec_bytes;
-    if (bytes == 0) return 0;
-    int rc = wait_room(s, w, bytes);
-    if (rc < 0) return rc;
+        if (r->state == RANGE_FAILED && r->seq_end > from) cost += r->rec_bytes + pipeline_enc_reserve(s, r->rec_bytes);
+    if (cost == 0) return 0;
     /* A failed local store is fail-stop for local durability; with remote durability the
      * object store still makes persists durable (the local copy is then simply absent). */
     if (s->store_err && s->cv.durability == CFG_DURABILITY_LOCAL)
         return err_fail(-EIO, "writer %s: no further segments are written, the local store failed earlier "
                         "(fail-stop): %s", w->id, s->store_err_msg);
+    int rc = wait_room(s, w, cost);
+    if (rc < 0) return rc;
     int queued = 0;
     for (range *r = w->ranges; r; r = r->next)
         if (r->state == RANGE_FAILED && r->seq_end > from) {
-            if ((rc = pipeline_enqueue(s, w, r)) < 0) return rc;
+            if ((rc = pipeline_enqueue(s, w, r)) < 0) break;
+            cost -= r->rec_bytes + r->enc_reserve;
             queued++;
         }
-    if (w->sent_seq < w->next_seq) {
+    if (rc == 0 && w->sent_seq < w->next_seq) {
         range *r = NULL;
-        if ((rc = handoff_tail(w, &r)) < 0) return rc;
-        if ((rc = pipeline_enqueue(s, w, r)) < 0) return rc;
-        queued++;
+        if ((rc = handoff_tail(w, &r)) == 0 && (rc = pipeline_enqueue(s, w, r)) == 0) {
+            cost -= r->rec_bytes + r->enc_reserve;
+            queued++;
+        }
     }
-    return queued;
+    room_return(s, cost);                 /* what could not be queued (out of memory) */
+    return rc < 0 ? rc : queued;
 }
 
 /* Preemptive hand-off from append (writer thread). */

@@ -120,9 +120,17 @@ uint64_t dstl_writer_next_seq(const dstl_writer *w);
 /* Copies the record (the caller may reuse data at once). -EINVAL for a key group outside
  * the writer's range or len > 2^31-1. Never waits for I/O, except under backpressure: when
  * the writer hands its records to the pipeline ahead of a checkpoint (it holds
- * dstl.preemptive-persist-threshold bytes) and the storage already has
- * dstl.upload.max-in-flight bytes in flight, it blocks until room frees, or returns
- * -EAGAIN (record not appended) with dstl.backpressure: fail. */
+ * dstl.preemptive-persist-threshold bytes) and dstl.upload.max-in-flight has no room for
+ * them, it blocks until room frees, or returns -EAGAIN (record not appended) with
+ * dstl.backpressure: fail.
+ *
+ * Backpressure: dstl.upload.max-in-flight bounds every byte the pipeline keeps for records
+ * handed off and not yet durable: the records (kept for a retry), the room reserved for their
+ * encoded copy (as much again, twice with compression, plus 4 KiB a hand-off), then the
+ * segment buffer until both its copies are written. Hand-offs (appends past the preemptive
+ * threshold, persists) are admitted in arrival order, so a large one is not starved by small
+ * ones. One exception: a hand-off larger than the bound is admitted alone, when nothing else
+ * is in flight (its segment then counts on top). */
 int dstl_append(dstl_writer *w, uint32_t key_group, const void *data, size_t len);
 
 /* A meta record (state names, serializers): no key group; every reader gets it. */
@@ -218,7 +226,9 @@ typedef struct {
     uint64_t segments_written, segment_bytes;          /* one segment per flushed batch */
     uint64_t remote_requests, remote_retries, remote_failures, hedged_attempts;
     uint64_t segments_deleted;
-    uint64_t in_flight_bytes, queued_persists;         /* gauges, now */
+    uint64_t in_flight_bytes, queued_persists;         /* gauges, now: bytes counted against
+                                                          dstl.upload.max-in-flight; hand-offs
+                                                          waiting for their batch to be written */
     uint64_t persist_p50_us, persist_p99_us, persist_max_us;   /* since open */
     /* additions to API.md, at the end so the fields above keep their places */
     uint64_t remote_bytes_written, remote_bytes_read;  /* request and response bodies */

@@ -39,7 +39,7 @@ static void *gc_writer(void *arg)
     char id[16];
     snprintf(id, sizeof id, "w%u", j->wid);
     dstl_writer *w = NULL;
-    if ((j->rc = dstl_writer_open(j->s, id, 0, 15, &w)) < 0) goto out;
+    if ((j->rc = dstl_writer_open(j->s, id, 0, 15, &w)) < 0) return NULL;
     t_append_n(w, j->wid, GC_RECORDS, 0, 16, GC_RECORD_MAX);
     for (uint64_t cp = 1; cp <= 2 && j->rc == 0; cp++) {
         dstl_future *f = NULL;
@@ -60,7 +60,6 @@ static void *gc_writer(void *arg)
         return NULL;
     }
     dstl_writer_close(w);
-out:
     return NULL;
 }
 
@@ -99,4 +98,193 @@ Test(dstl_pipeline, group_commit_acknowledges_every_checkpoint_libaio, .timeout 
 Test(dstl_pipeline, group_commit_acknowledges_every_checkpoint_psync, .timeout = 600)
 {
     group_commit_runs("psync");
+}
+
+/* ---- dstl.upload.max-in-flight is a hard bound, admission in arrival order ---- */
+
+typedef struct {
+    dstl_storage *s;
+    uint32_t wid;
+    int rounds;                 /* bounded: 16 records a round, a checkpoint every 8 rounds */
+    size_t record_len;
+    int rc;
+} bp_job;
+
+static void *bp_writer(void *arg)
+{
+    bp_job *j = arg;
+    char id[16];
+    snprintf(id, sizeof id, "w%u", j->wid);
+    dstl_writer *w = NULL;
+    if ((j->rc = dstl_writer_open(j->s, id, 0, 15, &w)) < 0) return NULL;
+    uint8_t *buf = malloc(j->record_len);
+    memset(buf, (int)j->wid, j->record_len);
+    uint64_t mat = 0;
+    for (int r = 0; r < j->rounds && j->rc == 0; r++) {
+        for (int i = 0; i < 16 && j->rc == 0; i++) j->rc = dstl_append(w, (uint32_t)i, buf, j->record_len);
+        if (j->rc == 0 && r % 8 == 7) {
+            dstl_future *f = NULL;
+            if ((j->rc = dstl_persist(w, mat, (uint64_t)r, &f)) == 0) {
+                j->rc = dstl_future_wait(f, GC_WAIT_MS);
+                dstl_future_free(f);
+            }
+            mat = dstl_writer_next_seq(w);
+            if (j->rc == 0) j->rc = dstl_truncate(w, mat);
+        }
+    }
+    free(buf);
+    if (j->rc == 0) dstl_writer_close(w);
+    return NULL;
+}
+
+typedef struct {
+    dstl_storage *s;
+    int stop;
+    uint64_t max_seen, samples;
+} sampler;
+
+static void *sample_in_flight(void *arg)
+{
+    sampler *m = arg;
+    while (!__atomic_load_n(&m->stop, __ATOMIC_SEQ_CST)) {
+        dstl_stats st;
+        if (dstl_storage_stats(m->s, &st) == 0 && st.in_flight_bytes > m->max_seen) m->max_seen = st.in_flight_bytes;
+        m->samples++;
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* Eight writers hand off 16 KiB at a time (preemptive threshold) against a 1 MiB bound; a
+ * sampler reads the in-flight gauge all along. It must never pass the bound: the encoded copy
+ * of every segment counts as well as its records, and is charged before it is made. It used
+ * to be added after encoding without waiting, reaching about twice the bound. */
+Test(dstl_pipeline, in_flight_bytes_never_pass_the_bound, .timeout = 120)
+{
+    char *dir = t_mkdtemp("bound");
+    dstl_storage *s = t_storage_open(dir, "dstl.upload.max-in-flight", "1mb", "dstl.batch.persist-delay", "5ms",
+                                     "dstl.preemptive-persist-threshold", "16kb", NULL);
+    sampler m = {.s = s};
+    pthread_t mt, th[8];
+    bp_job jobs[8];
+    cr_assert_eq(pthread_create(&mt, NULL, sample_in_flight, &m), 0);
+    for (uint32_t i = 0; i < 8; i++) {
+        jobs[i] = (bp_job){.s = s, .wid = i, .rounds = 400, .record_len = 1000};
+        cr_assert_eq(pthread_create(&th[i], NULL, bp_writer, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    __atomic_store_n(&m.stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(mt, NULL);
+    for (int i = 0; i < 8; i++) cr_assert_eq(jobs[i].rc, 0, "writer %d: %s", i, dstl_strerror(jobs[i].rc));
+    cr_log_info("in flight: at most %llu bytes in %llu samples (bound %u)", (unsigned long long)m.max_seen,
+                (unsigned long long)m.samples, 1u << 20);
+    cr_assert_gt(m.max_seen, 0);
+    cr_assert_leq(m.max_seen, 1u << 20, "in flight reached %llu bytes, above dstl.upload.max-in-flight 1mb",
+                  (unsigned long long)m.max_seen);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+typedef struct {
+    dstl_writer *w;
+    int rc;
+    int returned;               /* order in which its dstl_persist returned (1, 2, ...) */
+    int *order;
+    dstl_future *f;
+} adm_arg;
+
+static void *adm_persist(void *p)
+{
+    adm_arg *a = p;
+    a->rc = dstl_persist(a->w, 0, 1, &a->f);
+    a->returned = __atomic_add_fetch(a->order, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* Hand-offs are admitted in arrival order, so one larger than the bound is not starved by a
+ * stream of small ones. A's 100 KiB sit in a batch for 500 ms (persist-delay) against a
+ * 256 KiB bound; a 1 MiB hand-off (larger than the bound: admitted alone once nothing is in
+ * flight) comes and waits; then a small one comes. It must wait behind the large one. It used
+ * to be admitted at once (room for it), and so could every later small one: the large one
+ * waited for in-flight bytes to reach exactly 0, which a steady stream never lets happen. */
+Test(dstl_pipeline, hand_offs_are_admitted_in_arrival_order, .timeout = 60)
+{
+    char *dir = t_mkdtemp("order");
+    dstl_storage *s = t_storage_open(dir, "dstl.upload.max-in-flight", "256kb", "dstl.batch.persist-delay", "500ms",
+                                     NULL);
+    dstl_writer *a = NULL, *big = NULL, *c = NULL;
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 15, &a), 0);
+    cr_assert_eq(dstl_writer_open(s, "big", 0, 15, &big), 0);
+    cr_assert_eq(dstl_writer_open(s, "c", 0, 15, &c), 0);
+    t_append_n(a, 1, 100, 0, 16, 1000);      /* ~50-100 KiB */
+    dstl_future *fa = NULL;
+    cr_assert_eq(dstl_persist(a, 0, 1, &fa), 0);
+    uint8_t *buf = calloc(1, 1u << 20);
+    cr_assert_eq(dstl_append(big, 3, buf, 1u << 20), 0, "%s", dstl_last_error());
+    free(buf);
+    t_append_n(c, 2, 20, 0, 16, 1000);       /* ~10 KiB: fits beside a's */
+    int order = 0;
+    adm_arg ab = {.w = big, .order = &order}, ac = {.w = c, .order = &order};
+    pthread_t tb, tc;
+    cr_assert_eq(pthread_create(&tb, NULL, adm_persist, &ab), 0);
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    cr_assert_eq(__atomic_load_n(&order, __ATOMIC_SEQ_CST), 0, "the 1 MiB hand-off must wait while a's is in flight");
+    cr_assert_eq(pthread_create(&tc, NULL, adm_persist, &ac), 0);
+    pthread_join(tb, NULL);
+    pthread_join(tc, NULL);
+    cr_assert_eq(ab.rc, 0, "%s", dstl_strerror(ab.rc));
+    cr_assert_eq(ac.rc, 0, "%s", dstl_strerror(ac.rc));
+    cr_assert_eq(ab.returned, 1, "the small hand-off that came later went first");
+    cr_assert_eq(ac.returned, 2);
+    dstl_future *fs[] = {fa, ab.f, ac.f};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(dstl_future_wait(fs[i], GC_WAIT_MS), 0);
+        dstl_handle *h = NULL;
+        cr_assert_eq(dstl_future_result(fs[i], &h), 0, "%s", dstl_last_error());
+        dstl_handle_free(h);
+        dstl_future_free(fs[i]);
+    }
+    cr_assert_eq(dstl_writer_close(a), 0);
+    cr_assert_eq(dstl_writer_close(big), 0);
+    cr_assert_eq(dstl_writer_close(c), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* dstl_stats.queued_persists counts the hand-offs waiting for their batch to be written
+ * (Flink's uploadQueueSize), also while they sit in the open batch during persist-delay. */
+Test(dstl_pipeline, queued_persists_counts_what_waits_for_its_batch, .timeout = 60)
+{
+    char *dir = t_mkdtemp("queued");
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "3s", NULL);
+    enum { N = 11 };
+    dstl_writer *w[N];
+    dstl_future *f[N];
+    for (int i = 0; i < N; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "q%d", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, 15, &w[i]), 0);
+        t_append_n(w[i], (uint32_t)i, 10, 0, 16, 100);
+        cr_assert_eq(dstl_persist(w[i], 0, 1, &f[i]), 0);
+    }
+    struct timespec ts = {0, 300000000};
+    nanosleep(&ts, NULL);                    /* the loop has moved them into its open batch */
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    cr_assert_eq(st.queued_persists, N, "queued_persists %llu while %d persists wait for their batch",
+                 (unsigned long long)st.queued_persists, N);
+    for (int i = 0; i < N; i++) {
+        cr_assert_eq(dstl_future_wait(f[i], GC_WAIT_MS), 0);
+        dstl_future_free(f[i]);
+    }
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    cr_assert_eq(st.queued_persists, 0);
+    for (int i = 0; i < N; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
 }
