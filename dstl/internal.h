@@ -119,6 +119,7 @@ typedef struct bsec {
     range *r;
     fwait *waiters;
     uint32_t index;             /* section index in its segment */
+    uint64_t t_enq_ns;          /* when it was handed off: its futures' bound runs from here */
 } bsec;
 
 /* A segment known to this storage run. Guarded by s->mu. */

@@ -39,10 +39,15 @@
  * put a directory fsync next to every segment's fdatasync. 32 is a few seconds of segments
  * at a 10 ms persist-delay and leaves at most 32 empty files after a crash. */
 #define RESERVE_LOW 8u
-/* API.md bounds a future at max-attempts x upload.timeout + the batch delay + a small slack:
- * an upload still running past max-attempts x timeout + this is cancelled and its batch
- * fails (its records stay in the writers). One second covers a slow last response. */
+/* The future's bound (include/dstl.h): persist-delay + max-attempts x upload.timeout + this,
+ * from the hand-off. A batch whose upload still runs then is cancelled and fails (its records
+ * stay in the writers); one not yet written then fails unwritten. One second covers a slow
+ * last response and the loop's turns. */
 #define REMOTE_SLACK_MS 1000u
+/* The pipeline acts that much before the bound (cancels the upload, fails the batch), so the
+ * failure reaches the futures inside it: the cancel's callback comes on the next turn of the
+ * loop, and the loop wakes at the deadline itself (not on a coarser tick). */
+#define REMOTE_ACT_EARLY_MS 300u
 /* With persist-delay 0, a batch flushes while fewer than this many segments are being
  * written: 1 is the leader/follower group commit. Measured here (64 committers, ext4 on a
  * 2-core VM): 1 gives ~29,700 commits/s, 2 ~27,500, 3 ~24,000 — overlapping fdatasyncs on
@@ -70,7 +75,7 @@ typedef struct batch {
     int local_done, remote_done;
     int local_res, remote_res;
     int ended, end_res;
-    uint64_t remote_deadline_ns;
+    uint64_t remote_deadline_ns;  /* the bound of its earliest range's futures (a remote) */
     uint64_t flushed_ns;
     struct s3_op *op;           /* the upload, while it runs */
     char name[64];              /* the segment's name (the seg may be gone when it failed) */
@@ -172,6 +177,7 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
     r->sec = b;
     w->inflight_ranges++;
     r->enc_reserve = pipeline_enc_reserve(s, r->rec_bytes);
+    b->t_enq_ns = now_ns();
     *s->q_tail = b;
     s->q_tail = &b->next;
     s->q_len++;
@@ -550,9 +556,6 @@ static void flush(loop_state *ls)
                 snprintf(b->remote_err, sizeof b->remote_err, "upload s3://%s/%.300s: %s", s->remote.bucket, b->key,
                          dstl_strerror(rc));
                 b->pending_io--;
-            } else {
-                b->remote_deadline_ns = now_ns() + (s->cv.upload_max_attempts * s->cv.upload_timeout_ms +
-                                                    REMOTE_SLACK_MS) * 1000000ull;
             }
         }
         batch_progress(s, b);
@@ -655,16 +658,44 @@ static void run_deletes(dstl_storage *s)
     }
 }
 
+/* Milliseconds (rounded up) until the next remote deadline the loop must act on, or -1. */
+static int64_t next_remote_deadline_ms(const loop_state *ls)
+{
+    uint64_t next = UINT64_MAX, now = now_ns();
+    for (const batch *b = ls->inflight_list; b; b = b->next_inflight)
+        if (b->op && b->remote_deadline_ns < next) next = b->remote_deadline_ns;
+    if (ls->open && ls->s->cv.durability == CFG_DURABILITY_REMOTE && ls->open->remote_deadline_ns &&
+        ls->open->remote_deadline_ns < next)
+        next = ls->open->remote_deadline_ns;
+    if (next == UINT64_MAX) return -1;
+    return next <= now ? 0 : (int64_t)((next - now + 999999) / 1000000);
+}
+
 /* Cancels uploads that passed their bound; copies the client's counters into the stats. */
 static void remote_tick(loop_state *ls)
 {
     dstl_storage *s = ls->s;
     uint64_t now = now_ns();
     for (batch *b = ls->inflight_list; b; b = b->next_inflight)
-        if (b->op && now > b->remote_deadline_ns) {
-            s3_op_cancel(b->op);          /* on_uploaded runs later with -ECANCELED */
+        if (b->op && now >= b->remote_deadline_ns) {
+            s3_op_cancel(b->op);          /* on_uploaded runs on the next turn, -ECANCELED */
             b->op = NULL;
         }
+    batch *o = ls->open;
+    if (o && s->cv.durability == CFG_DURABILITY_REMOTE && o->remote_deadline_ns && now >= o->remote_deadline_ns) {
+        /* Still not written at its futures' bound (it waited for room, or behind a segment
+         * being written): it fails unwritten; its records stay for the next persist. */
+        ls->open = NULL;
+        char why[300];
+        snprintf(why, sizeof why, "not written within the bound of dstl.batch.persist-delay + "
+                 "dstl.upload.max-attempts x dstl.upload.timeout + %u ms", REMOTE_SLACK_MS);
+        pthread_mutex_lock(&s->mu);
+        s->q_waiting -= o->n;
+        if (o->deferred) s->flush_need = 0;
+        batch_end(s, o, DSTL_EREMOTE, why);
+        pthread_mutex_unlock(&s->mu);
+        batch_free(o);
+    }
     s3_stats st;
     s3_client_stats(s->s3, &st);
     pthread_mutex_lock(&s->mu);
@@ -721,7 +752,9 @@ static void *pipeline_main(void *arg)
         if (s->s3) {
             /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
              * uploads in flight are checked against their bound every 100 ms */
-            if (ls.inflight_list && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
+            if ((ls.inflight_list || ls.open) && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
+            int64_t until = next_remote_deadline_ms(&ls);
+            if (until >= 0 && (timeout_ms < 0 || until < timeout_ms)) timeout_ms = (int)until;
             s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
             s3_client_run(s->s3, wf, 2, timeout_ms);
         } else {
@@ -765,6 +798,10 @@ static void *pipeline_main(void *arg)
                 ls.open->n++;
                 ls.open->bytes += x->r->rec_bytes;
                 ls.open->reserve += x->r->enc_reserve;
+                uint64_t due = x->t_enq_ns + s->cv.persist_delay_us * 1000 +
+                               (s->cv.upload_max_attempts * s->cv.upload_timeout_ms + REMOTE_SLACK_MS -
+                                REMOTE_ACT_EARLY_MS) * 1000000ull;
+                if (!ls.open->remote_deadline_ns || due < ls.open->remote_deadline_ns) ls.open->remote_deadline_ns = due;
                 s->q_len--;
             }
             if (!s->q_head) s->q_tail = &s->q_head;

@@ -99,7 +99,8 @@ void dstl_config_free(dstl_config *c);
  * Blocking: yes (mkdir, fsync, thread start). */
 int dstl_storage_open(const dstl_config *c, dstl_storage **out);
 
-/* Waits for in-flight work (bounded by the upload timeouts), frees. Writers must be closed
+/* Waits for in-flight work (each batch within the future bound below; then the cleanups of
+ * cancelled uploads for at most one more bound), frees. Writers must be closed
  * first, else -EBUSY and nothing is freed. Segments still referenced by live handles stay
  * on disk for recovery; dstl_gc removes what no handle needs. Accepts NULL. */
 int dstl_storage_close(dstl_storage *s);
@@ -151,10 +152,28 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
  * persist's handle needs. */
 int dstl_truncate(dstl_writer *w, uint64_t to_seq);
 
-/* Waits for the writer's records in flight, releases its sections, frees. Accepts NULL. */
+/* Waits for the writer's records in flight (at most the future bound below), releases its
+ * sections, frees. Accepts NULL. */
 int dstl_writer_close(dstl_writer *w);
 
-/* ---- futures: complete once, from the pipeline; any thread may wait ------------------------ */
+/* ---- futures: complete once, from the pipeline; any thread may wait ------------------------
+ *
+ * THE BOUND. With dstl.durability: remote, a future completes (with its handle, or failed)
+ * within
+ *
+ *     dstl.batch.persist-delay + dstl.upload.max-attempts x dstl.upload.timeout + 1 s
+ *
+ * after its dstl_persist returned (a persist blocked by backpressure has not handed its
+ * records off yet: the bound runs from its return). The waits between attempts
+ * (dstl.upload.next-attempt-delay, jittered) are spent inside this bound, not added to it: an
+ * upload still running at the bound is cancelled and its batch fails, and a batch not yet
+ * written by then fails unwritten; what the cancelled upload leaves behind is cleaned up
+ * detached (dstl_storage_close waits for that at most one more bound; dstl gc removes the
+ * rest). With the defaults: 10 ms + 3 x 1 s + 1 s = 4.01 s. The bound also needs the local
+ * copy's write to finish (both copies are written at once): a local disk that hangs is
+ * outside it. With dstl.durability: local, a future waits for the local write + fdatasync
+ * only (no timeout can stop an fdatasync). Tests use exactly this formula.
+ */
 
 /* 0 when done, -ETIMEDOUT when still pending after timeout_ms (< 0: wait forever). */
 int dstl_future_wait(dstl_future *f, int64_t timeout_ms);

@@ -430,3 +430,58 @@ Test(remote_faults, a_body_corrupted_in_transit_is_never_acknowledged)
     dstl_handle_free(h);
     cr_assert_eq(dstl_storage_close(s), 0);
 }
+
+/* Every answer of the server stalls (the proxy forwards each request, then holds its answer
+ * 20 s): each future completes, failed, within its bound — persist-delay + max-attempts x
+ * upload.timeout + 1 s (include/dstl.h) — whatever cleanup its cancelled upload needs, which
+ * runs detached; dstl_writer_close returns at once after, and dstl_storage_close within one
+ * more bound (then what is left is for dstl gc). The cancel used to wait for its cleanups'
+ * own attempts and transfer timeouts: 13.5 s against a bound of 3.5 s. Single PUTs and
+ * multipart uploads (5 MiB parts) alike. */
+static void stalled_answers_keep_the_bound(const char *record_max, uint64_t records)
+{
+    static const char *const extra[] = {"dstl.upload.timeout", "500ms", "dstl.upload.max-attempts", "3",
+                                        "dstl.batch.persist-delay", "10ms", "dstl.upload.multipart-threshold", "5mb",
+                                        "dstl.upload.part-size", "5mb", NULL};
+    const int64_t bound_ms = 10 + 3 * 500 + 1000, slack_ms = 1500;
+    dstl_writer *w = NULL;
+    dstl_storage *s = through_proxy("* delay=20000 x1000", extra, &w);
+    size_t max_len = (size_t)atol(record_max);
+    int64_t worst = 0;
+    for (uint64_t cp = 1; cp <= 2; cp++) {
+        t_append_n(w, 6, records, 0, NKG, max_len);
+        dstl_future *f = NULL;
+        int64_t t0 = now_ms();
+        cr_assert_eq(dstl_persist(w, 0, cp, &f), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_future_wait(f, bound_ms + slack_ms + 5000), 0, "the future outlived its bound by 5 s");
+        int64_t took = now_ms() - t0;
+        if (took > worst) worst = took;
+        dstl_handle *h = NULL;
+        int rc = dstl_future_result(f, &h);
+        cr_assert_eq(rc, DSTL_EREMOTE, "checkpoint %llu: %s", (unsigned long long)cp, dstl_strerror(rc));
+        dstl_future_free(f);
+        cr_assert_leq(took, bound_ms + slack_ms, "checkpoint %llu completed after %lld ms, bound %lld ms",
+                      (unsigned long long)cp, (long long)took, (long long)bound_ms);
+    }
+    cr_log_info("stalled answers (%s-byte records): futures completed after at most %lld ms (bound %lld ms)",
+                record_max, (long long)worst, (long long)bound_ms);
+    int64_t t0 = now_ms();
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_leq(now_ms() - t0, slack_ms, "dstl_writer_close took %lld ms", (long long)(now_ms() - t0));
+    t0 = now_ms();
+    cr_assert_eq(dstl_storage_close(s), 0);
+    int64_t close_ms = now_ms() - t0;
+    cr_log_info("dstl_storage_close with cleanups stalled: %lld ms", (long long)close_ms);
+    cr_assert_leq(close_ms, bound_ms + slack_ms, "dstl_storage_close took %lld ms, one more bound is %lld ms",
+                  (long long)close_ms, (long long)bound_ms);
+}
+
+Test(remote_faults, stalled_answers_keep_the_future_bound_single_put, .timeout = 120)
+{
+    stalled_answers_keep_the_bound("2000", 100);
+}
+
+Test(remote_faults, stalled_answers_keep_the_future_bound_multipart, .timeout = 120)
+{
+    stalled_answers_keep_the_bound("100000", 140);     /* ~7 MiB: two 5 MiB parts */
+}
