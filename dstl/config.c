@@ -47,6 +47,14 @@ static const key_def keys[] = {
      K_TEXT, NULL, OFF(local_dir), 0, 0},
     {{"dstl.remote.uri", "", "text", "s3://bucket/prefix of remote segments; empty = local only", 0},
      K_TEXT, NULL, OFF(remote_uri), 0, 0},
+    {{"dstl.remote.lease-refresh", "30s", "duration",
+      "a run that uploads rewrites its lease object (PREFIX/_leases/) this often; other machines' gc leave a run "
+      "with a fresh lease alone", 0},
+     K_DURATION, NULL, OFF(lease_refresh_ms), 100000, 3600 * SEC_US},
+    {{"dstl.remote.lease-timeout", "10min", "duration",
+      "a lease older than this (server clock) is stale: its run counts as dead; the run fails its persists once its "
+      "last refresh is older than this minus 2 x lease-refresh; at least 4 x lease-refresh", 0},
+     K_DURATION, NULL, OFF(lease_timeout_ms), 400000, 7 * 24 * 3600 * SEC_US},
     {{"dstl.durability", NULL, "enum: local|remote",
       "when a persist completes: local = fdatasync'ed locally; remote = object complete (default remote when dstl.remote.uri is set, else local)", 0},
      K_ENUM, durability_choices, OFF(durability), 0, 0},
@@ -121,7 +129,7 @@ static const key_def keys[] = {
 static int is_ms_field(size_t off)
 {
     return off == OFF(upload_timeout_ms) || off == OFF(upload_next_attempt_delay_ms) ||
-           off == OFF(cache_idle_timeout_ms);
+           off == OFF(cache_idle_timeout_ms) || off == OFF(lease_refresh_ms) || off == OFF(lease_timeout_ms);
 }
 
 enum { SRC_DEFAULT = 0, SRC_FILE = 1, SRC_ENV = 2, SRC_SET = 3 };

@@ -32,6 +32,8 @@ typedef struct {
     const char *s3_ca_file;
     int s3_payload;                      /* CFG_PAYLOAD_* */
     int s3_verify_writes;                /* CFG_VERIFY_* */
+    uint64_t lease_refresh_ms;           /* dstl.remote.lease-refresh */
+    uint64_t lease_timeout_ms;           /* dstl.remote.lease-timeout */
     uint64_t persist_delay_us;
     uint64_t persist_size_threshold_bytes;
     uint64_t preemptive_persist_threshold_bytes;

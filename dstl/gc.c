@@ -37,7 +37,8 @@
 /* What gc learned of another run: whether it is alive, and whether it keeps files. */
 typedef struct {
     char id[32];
-    int alive;                  /* its lock is held (or, remotely, its lease is fresh) */
+    int alive;                  /* its lock is held in this dir */
+    int leased;                 /* its remote lease is fresh (server clock) */
     int kept;                   /* some file of it stays after this sweep */
 } run_info;
 
@@ -96,7 +97,10 @@ static int in_use(dstl_storage *s, const char *name)
 
 /* What to do with the copy `name` made at time_ms (0: unknown). Counts it in the report,
  * except a reserved name, which is not a segment yet. by_live: whether the live set keeps it. */
-static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
+/* remote: name is a remote copy, judged also by its run's lease; now_ms is the clock time_ms
+ * is judged against (the local one for files, the server's for objects; 0: unknown, so
+ * nothing counts as old unless min_age is 0). */
+static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int64_t now_ms, int by_live, int remote)
 {
     int use = in_use(g->s, name);
     if (use == 2) return GC_RESERVED;
@@ -111,9 +115,10 @@ static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
         }
     }
     g->rep.scanned++;
-    if (run && run->alive) {
+    if (run && (run->alive || (remote && run->leased))) {
         /* A running storage's files: reserved names, segments being written, segments held
-         * only by its writers' sections. Its lock says it is alive, whatever live and min_age. */
+         * only by its writers' sections. Its lock (on this machine) or its fresh lease (on any)
+         * says it is alive, whatever live and min_age. */
         run->kept = 1;
         g->rep.kept_running++;
         return GC_KEEP_RUNNING;
@@ -122,7 +127,8 @@ static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
     if (use || (by_live && bsearch(&name, g->live, g->nlive, sizeof *g->live, cmp_str))) {
         g->rep.kept_live++;
         v = GC_KEEP_LIVE;
-    } else if (time_ms <= 0 ? g->min_age_ms > 0 : g->now_ms - time_ms < (int64_t)g->min_age_ms) {
+    } else if (g->min_age_ms > 0 && (time_ms <= 0 || now_ms <= 0 || now_ms - time_ms < (int64_t)g->min_age_ms)) {
+        /* (a server's Date has whole seconds: it may read earlier than a LastModified) */
         g->rep.kept_young++;
         v = GC_KEEP_YOUNG;
     }
@@ -133,7 +139,7 @@ static int verdict(gc_ctx *g, const char *name, int64_t time_ms, int by_live)
 static int visit(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
 {
     gc_ctx *g = arg;
-    int v = verdict(g, name, mtime_ms, 1);
+    int v = verdict(g, name, mtime_ms, g->now_ms, 1, 0);
     if (v < 0) return g->err;
     if (v != GC_DELETE) return 0;
     if (!g->dry_run) {
@@ -174,7 +180,7 @@ static int sweep_objects(gc_ctx *g, s3_client *cli, const s3_list *l, const char
     for (size_t i = 0; i < l->n_objects; i++) {
         const s3_object_info *o = &l->objects[i];
         const char *name = segment_of(loc, o->key);
-        int v = name ? verdict(g, name, o->last_modified_ms, 1) : GC_KEEP_LIVE;
+        int v = name ? verdict(g, name, o->last_modified_ms, l->server_date_ms, 1, 1) : GC_KEEP_LIVE;
         if (v < 0) {
             free(doomed);
             return g->err;
@@ -207,7 +213,7 @@ static int sweep_uploads(gc_ctx *g, s3_client *cli, const s3_list *l)
     for (size_t i = 0; i < l->n_uploads; i++) {
         const s3_upload_info *u = &l->uploads[i];
         const char *name = segment_of(loc, u->key);
-        int v = name ? verdict(g, name, u->initiated_ms, 0) : GC_KEEP_LIVE;
+        int v = name ? verdict(g, name, u->initiated_ms, l->server_date_ms, 0, 1) : GC_KEEP_LIVE;
         if (v < 0) return g->err;
         if (v != GC_DELETE) continue;
         if (!g->dry_run) {
@@ -223,6 +229,62 @@ static int sweep_uploads(gc_ctx *g, s3_client *cli, const s3_list *l)
     return 0;
 }
 
+/* A lease is fresh while younger than its timeout (the one in its key, or this storage's if
+ * larger), on the server's clock: the listing's Date against its LastModified. Without a
+ * Date, every lease counts as fresh. */
+static int lease_fresh(const gc_ctx *g, const s3_list *l, const s3_object_info *o, uint64_t timeout_ms)
+{
+    uint64_t t = timeout_ms > g->s->cv.lease_timeout_ms ? timeout_ms : g->s->cv.lease_timeout_ms;
+    if (l->server_date_ms <= 0 || o->last_modified_ms <= 0) return 1;
+    return l->server_date_ms - o->last_modified_ms <= (int64_t)t;
+}
+
+static int judge_leases(gc_ctx *g, const s3_list *l)
+{
+    for (size_t i = 0; i < l->n_objects; i++) {
+        char id[32];
+        uint64_t t;
+        const s3_object_info *o = &l->objects[i];
+        if (remote_lease_parse(&g->s->remote, o->key, id, sizeof id, &t) < 0 || !lease_fresh(g, l, o, t)) continue;
+        if (strcmp(id, g->s->run_id) == 0) continue;
+        run_info *run = run_of(g, id);
+        if (!run)
+            return err_fail(-EIO, "dstl_gc: cannot tell whether run %s is alive: %s", id, dstl_last_error());
+        run->leased = 1;
+    }
+    return 0;
+}
+
+/* Removes stale leases: their runs count as dead already, and a stale holder has fenced
+ * itself for good (pipeline.c lease_check). */
+static int sweep_leases(gc_ctx *g, s3_client *cli, const s3_list *l)
+{
+    if (g->dry_run) return 0;
+    const remote_loc *loc = &g->s->remote;
+    const char **doomed = malloc((l->n_objects ? l->n_objects : 1) * sizeof *doomed);
+    if (!doomed) return err_fail(-ENOMEM, "dstl_gc: out of memory for %zu keys", l->n_objects);
+    size_t n = 0;
+    for (size_t i = 0; i < l->n_objects; i++) {
+        char id[32];
+        uint64_t t;
+        const s3_object_info *o = &l->objects[i];
+        if (remote_lease_parse(loc, o->key, id, sizeof id, &t) == 0 && strcmp(id, g->s->run_id) != 0 &&
+            !lease_fresh(g, l, o, t))
+            doomed[n++] = o->key;
+    }
+    int rc = 0;
+    if (n) {
+        s3_result r;
+        memset(&r, 0, sizeof r);
+        rc = s3_delete_objects_sync(cli, loc->bucket, doomed, n, &r);
+        if (rc < 0)
+            err_fail(rc, "dstl_gc: delete %zu stale leases under s3://%s/: %s", n, loc->bucket,
+                     *r.error ? r.error : dstl_strerror(rc));
+    }
+    free(doomed);
+    return rc;
+}
+
 static int sweep_remote(gc_ctx *g)
 {
     const remote_loc *loc = &g->s->remote;
@@ -231,9 +293,10 @@ static int sweep_remote(gc_ctx *g)
     if (rc < 0) return err_fail(rc, "dstl_gc s3://%s/%s: %s", loc->bucket, loc->prefix, dstl_last_error());
     char prefix[520];
     remote_list_prefix(loc, prefix, sizeof prefix);
-    s3_list objects, uploads;
+    s3_list objects, uploads, leases;
     memset(&objects, 0, sizeof objects);
     memset(&uploads, 0, sizeof uploads);
+    memset(&leases, 0, sizeof leases);
     s3_result r;
     memset(&r, 0, sizeof r);
     /* Uploads first: one that completes between the two listings then shows up as an object,
@@ -249,9 +312,22 @@ static int sweep_remote(gc_ctx *g)
         err_fail(rc, "dstl_gc: list s3://%s/%s: %s", loc->bucket, prefix, *r.error ? r.error : dstl_strerror(rc));
         goto out;
     }
-    rc = sweep_objects(g, cli, &objects, prefix);
+    /* Leases last: a run whose object or upload is listed above wrote its lease before it
+     * (it is written before the run's first upload), so a live run's lease is seen here. */
+    char lprefix[600];
+    remote_lease_prefix(loc, lprefix, sizeof lprefix);
+    rc = s3_list_objects_all_sync(cli, loc->bucket, lprefix, 0, &leases, &r);
+    if (rc < 0) {
+        err_fail(rc, "dstl_gc: list the leases under s3://%s/%s: %s", loc->bucket, lprefix,
+                 *r.error ? r.error : dstl_strerror(rc));
+        goto out;
+    }
+    rc = judge_leases(g, &leases);
+    if (rc == 0) rc = sweep_objects(g, cli, &objects, prefix);
     if (rc == 0) rc = sweep_uploads(g, cli, &uploads);
+    if (rc == 0) rc = sweep_leases(g, cli, &leases);
 out:
+    s3_list_clear(&leases);
     s3_list_clear(&objects);
     s3_list_clear(&uploads);
     s3_client_free(cli);
@@ -265,7 +341,7 @@ static int forget_one(void *arg, const char *owner)
     gc_ctx *g = arg;
     if (strcmp(owner, g->s->run_id) == 0) return 0;
     for (size_t i = 0; i < g->nruns; i++)
-        if (strcmp(g->runs[i].id, owner) == 0 && (g->runs[i].alive || g->runs[i].kept)) return 0;
+        if (strcmp(g->runs[i].id, owner) == 0 && (g->runs[i].alive || g->runs[i].leased || g->runs[i].kept)) return 0;
     int rc = segstore_owner_forget(g->s->local_dir, owner);
     return rc < 0 ? rc : 0;
 }
@@ -293,7 +369,7 @@ int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint
     qsort(g.live, g.nlive, sizeof *g.live, cmp_str);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    g.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    g.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->test_wall_skew_ms;
     int rc = segstore_list(s->local_dir, visit, &g);    /* the number listed, or < 0 */
     if (rc < 0 && !g.err) rc = err_fail(rc, "dstl_gc %s: %s", s->local_dir, dstl_last_error());
     if (rc >= 0) rc = s->s3 ? sweep_remote(&g) : 0;

@@ -228,6 +228,12 @@ struct dstl_storage {
     pthread_t thread;
     int thread_started;
     int test_upload_err;        /* storage_test_opts.fail_upload_start (tests only) */
+    int64_t test_wall_skew_ms;  /* storage_test_opts.wall_clock_skew_ms (tests only) */
+    /* the run's lease object (pipeline.c; written by the pipeline thread while it runs, read
+     * by dstl_storage_close after it stopped) */
+    char lease_key[640];        /* "" until the first write */
+    int lease_tried;            /* a write was sent: the object may exist */
+    int lease_deleted;          /* dstl_storage_close: 1 removed, -1 failed, 0 under way */
     int store_err;              /* sticky local store failure (fail-stop) */
     char store_err_msg[512];    /* its detail: "local store DIR failed since ..." (under mu) */
 

@@ -83,8 +83,9 @@ typedef struct batch {
     size_t counted_buf;         /* bytes of the encoded buffer counted in s->in_flight_bytes */
     struct loop_state *ls;      /* the pipeline's (the segment buffer comes from its pool) */
     int deferred;               /* the last flush waited for room (flush_need is its need) */
+    int await_lease;            /* its upload waits for the run's first lease */
     char key[640];
-    char local_err[512], remote_err[512];
+    char local_err[512], remote_err[1024];
 } batch;
 
 /* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
@@ -150,9 +151,27 @@ static void pool_free(buf_pool *p)
     p->idle_bytes = 0;
 }
 
+/* The run's lease object (dstl/README.md), pipeline thread only. Times are monotonic: the
+ * holder judges its own lease by how long ago its last successful write was *sent*. */
+typedef struct {
+    struct s3_op *op;           /* a write in flight */
+    uint64_t sent_ns;           /* when it was sent */
+    uint64_t ok_ns;             /* when the last successful one was sent (0: never) */
+    uint64_t next_ns;           /* the next refresh */
+    int lapsed;                 /* older than lease-timeout once: fenced for good */
+    int cancelled;              /* op was cancelled: its callback is still to come */
+    char body[256];
+    size_t len;
+    char err[512];              /* the last failure */
+} lease_state;
+
+/* A failed lease write is tried again after a quarter of lease-refresh, at least this. */
+#define LEASE_RETRY_MIN_NS 100000000ull
+
 typedef struct loop_state {
     dstl_storage *s;
     buf_pool pool;
+    lease_state lease;
     batch *open;
     batch *inflight_list;       /* flushed, some copy still being written */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
@@ -301,6 +320,8 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
 
 /* The durability point: local = the local copy is durable; remote = the object is complete
  * (the local copy, when it failed, is simply absent: readers go to the object store). */
+static int lease_check(struct loop_state *ls, uint64_t now, char *why, size_t cap);
+
 static void batch_progress(dstl_storage *s, batch *b)
 {
     if (!b->ended) {
@@ -315,10 +336,14 @@ static void batch_progress(dstl_storage *s, batch *b)
             res = b->remote_res;
             why = b->remote_err;
             decided = 1;
+            if (res == 0 && lease_check(b->ls, now_ns(), b->remote_err, sizeof b->remote_err) != 0) {
+                res = DSTL_EREMOTE;   /* fenced meanwhile: the object goes (reap_batches) */
+                b->remote_res = res;
+            }
         }
         if (decided) {
-            char detail[600];
-            snprintf(detail, sizeof detail, "segment %s: %s", b->g->name,
+            char detail[1200];
+            snprintf(detail, sizeof detail, "segment %s: %.1024s", b->g->name,
                      why && *why ? why : dstl_strerror(res));
             pthread_mutex_lock(&s->mu);
             batch_end(s, b, res, detail);
@@ -465,6 +490,131 @@ static int flush_waits(const loop_state *ls)
            s->in_flight_bytes + s->flush_need > s->cv.max_in_flight_bytes;
 }
 
+/* The remote copy of b will not be made: the batch sees it as failed with code and why. */
+static void remote_fail(batch *b, int code, const char *why)
+{
+    dstl_storage *s = b->s;
+    pthread_mutex_lock(&s->mu);
+    if (b->g) b->g->uploading = 0;       /* nothing may wait for an upload that never runs */
+    pthread_mutex_unlock(&s->mu);
+    b->await_lease = 0;
+    b->remote_done = 1;
+    b->remote_res = code;
+    snprintf(b->remote_err, sizeof b->remote_err, "%.1000s", why);
+    b->pending_io--;
+}
+
+static void upload_start(loop_state *ls, batch *b)
+{
+    dstl_storage *s = ls->s;
+    b->await_lease = 0;
+    /* DURABILITY: with dstl.durability remote the batch ends when this upload is acknowledged
+     * (PUT, or CompleteMultipartUpload for large segments: s3_upload) and the run's lease is
+     * still valid then; a crash before leaves at most an incomplete upload or an unreferenced
+     * object, which dstl gc removes once the run's lease is stale. */
+    s3_upload_opts uo = {.part_size = s->cv.upload_part_size_bytes,
+                         .multipart_threshold = s->cv.upload_multipart_threshold_bytes, .if_none_match = true};
+    int rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
+    if (rc == 0 && s->test_upload_err) rc = s->test_upload_err;
+    if (rc == 0) rc = s3_upload(s->s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op, on_uploaded, b);
+    if (rc < 0) {
+        char why[800];
+        snprintf(why, sizeof why, "upload s3://%.63s/%.300s: %.100s", s->remote.bucket, b->key, dstl_strerror(rc));
+        remote_fail(b, rc, why);
+    }
+}
+
+/* ---- the run's lease (dstl/README.md: who may delete what) ---- */
+
+/* Whether uploads of this run may be acknowledged at now: 0; -EAGAIN when the lease was
+ * never written yet; DSTL_EREMOTE with why when the run is fenced: its last successful
+ * refresh is older than lease-timeout - 2 x lease-refresh, so a gc elsewhere may soon (after
+ * lease-timeout) take the run for dead; past lease-timeout it stays fenced for good (such a
+ * gc may have deleted objects this run still uses: reopen the storage). */
+static int lease_check(struct loop_state *ls, uint64_t now, char *why, size_t cap)
+{
+    dstl_storage *s = ls->s;
+    lease_state *l = &ls->lease;
+    if (!l->ok_ns) return -EAGAIN;
+    uint64_t age_ms = (now - l->ok_ns) / 1000000, t = s->cv.lease_timeout_ms, r = s->cv.lease_refresh_ms;
+    if (age_ms > t) l->lapsed = 1;
+    if (!l->lapsed && age_ms <= t - 2 * r) return 0;
+    snprintf(why, cap, "the run's lease s3://%.63s/%.300s was last refreshed %llu ms ago (%s%.200s): %s", s->remote.bucket,
+             s->lease_key, (unsigned long long)age_ms, l->err[0] ? "last attempt: " : "", l->err,
+             l->lapsed ? "past dstl.remote.lease-timeout another machine's gc may have taken this run for dead; "
+                         "persists stay fenced: reopen the storage"
+                       : "persists are fenced until a refresh succeeds (dstl.remote.lease-timeout - 2 x "
+                         "dstl.remote.lease-refresh)");
+    return DSTL_EREMOTE;
+}
+
+static void on_lease_put(void *ctx, const s3_result *r)
+{
+    loop_state *ls = ctx;
+    dstl_storage *s = ls->s;
+    lease_state *l = &ls->lease;
+    l->op = NULL;
+    l->cancelled = 0;
+    uint64_t now = now_ns();
+    if (r->err == 0) {
+        /* A write sent after the last one had gone stale comes too late: gc elsewhere may
+         * have taken the run for dead meanwhile (fenced for good: lease_check). */
+        if (l->ok_ns && (l->sent_ns - l->ok_ns) / 1000000 > s->cv.lease_timeout_ms) l->lapsed = 1;
+        /* Valid from when it was sent: the server's LastModified can only be later. */
+        l->ok_ns = l->sent_ns;
+        l->err[0] = '\0';
+        l->next_ns = l->sent_ns + s->cv.lease_refresh_ms * 1000000ull;
+    } else {
+        snprintf(l->err, sizeof l->err, "%.500s", r->error);
+        uint64_t retry = s->cv.lease_refresh_ms / 4 * 1000000ull;
+        l->next_ns = now + (retry < LEASE_RETRY_MIN_NS ? LEASE_RETRY_MIN_NS : retry);
+    }
+    /* The batches that waited for the first lease: their uploads go now, or fail. */
+    for (batch *b = ls->inflight_list; b; b = b->next_inflight) {
+        if (!b->await_lease) continue;
+        if (r->err == 0) {
+            upload_start(ls, b);
+        } else {
+            char why[900];
+            snprintf(why, sizeof why, "the run's lease s3://%.63s/%.300s could not be written: %.400s",
+                     s->remote.bucket, s->lease_key, r->error);
+            remote_fail(b, DSTL_EREMOTE, why);
+        }
+        batch_progress(s, b);
+    }
+}
+
+/* Writes (or rewrites) the run's lease object, unless a write is under way. */
+static void lease_start(loop_state *ls)
+{
+    dstl_storage *s = ls->s;
+    lease_state *l = &ls->lease;
+    if (l->op) return;
+    if (!s->lease_key[0]) {
+        if (remote_lease_key(&s->remote, s->run_id, s->cv.lease_timeout_ms, s->lease_key, sizeof s->lease_key) < 0) {
+            snprintf(l->err, sizeof l->err, "lease key under s3://%.63s/%.300s: too long", s->remote.bucket,
+                     s->remote.prefix);
+            s->lease_key[0] = '\0';
+            return;
+        }
+        char host[128] = "";
+        gethostname(host, sizeof host - 1);
+        int n = snprintf(l->body, sizeof l->body, "dstl lease\nrun %s\nhost %.100s\npid %ld\nrefresh_ms %llu\n"
+                         "timeout_ms %llu\n", s->run_id, host, (long)getpid(),
+                         (unsigned long long)s->cv.lease_refresh_ms, (unsigned long long)s->cv.lease_timeout_ms);
+        l->len = n > 0 && (size_t)n < sizeof l->body ? (size_t)n : 0;
+    }
+    l->sent_ns = now_ns();
+    s->lease_tried = 1;
+    int rc = s3_put_object(s->s3, s->remote.bucket, s->lease_key, l->body, l->len, false, &l->op, on_lease_put, ls);
+    if (rc < 0) {
+        s3_result r = {.err = rc};
+        snprintf(r.error, sizeof r.error, "PUT s3://%.63s/%.300s could not start: %.100s", s->remote.bucket,
+                 s->lease_key, dstl_strerror(rc));
+        on_lease_put(ls, &r);
+    }
+}
+
 /* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
  * for in-flight room (seg_alloc), leaves it open to try again on a later turn. */
 static void flush(loop_state *ls)
@@ -537,25 +687,17 @@ static void flush(loop_state *ls)
             b->pending_io--;
         }
         if (s->s3) {
-            /* DURABILITY: with dstl.durability remote the batch ends when this upload is
-             * acknowledged (PUT, or CompleteMultipartUpload for large segments: s3_upload);
-             * a crash before leaves at most an incomplete upload or an unreferenced object,
-             * which dstl gc removes. */
-            s3_upload_opts uo = {.part_size = s->cv.upload_part_size_bytes,
-                                 .multipart_threshold = s->cv.upload_multipart_threshold_bytes,
-                                 .if_none_match = true};
-            rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
-            if (rc == 0 && s->test_upload_err) rc = s->test_upload_err;
-            if (rc == 0) rc = s3_upload(s->s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op,
-                                        on_uploaded, b);
-            if (rc < 0) {
-                /* No upload runs: nothing may wait for one (deletion waits while uploading). */
-                b->g->uploading = 0;
-                b->remote_done = 1;
-                b->remote_res = rc;
-                snprintf(b->remote_err, sizeof b->remote_err, "upload s3://%s/%.300s: %s", s->remote.bucket, b->key,
-                         dstl_strerror(rc));
-                b->pending_io--;
+            char why[600];
+            int lrc = lease_check(ls, now_ns(), why, sizeof why);
+            if (lrc == -EAGAIN) {
+                /* The run's lease is not written yet: the first upload waits for it. */
+                b->await_lease = 1;
+                lease_start(ls);
+            } else if (lrc < 0) {
+                remote_fail(b, DSTL_EREMOTE, why);
+                ls->lease.next_ns = 0;          /* try a refresh at once */
+            } else {
+                upload_start(ls, b);
             }
         }
         batch_progress(s, b);
@@ -667,6 +809,10 @@ static int64_t next_remote_deadline_ms(const loop_state *ls)
     if (ls->open && ls->s->cv.durability == CFG_DURABILITY_REMOTE && ls->open->remote_deadline_ns &&
         ls->open->remote_deadline_ns < next)
         next = ls->open->remote_deadline_ns;
+    if (ls->lease.sent_ns && !ls->lease.op && ls->lease.next_ns < next) next = ls->lease.next_ns;
+    uint64_t lease_due = ls->lease.sent_ns + (ls->s->cv.upload_max_attempts * ls->s->cv.upload_timeout_ms +
+                                              REMOTE_SLACK_MS) * 1000000ull;
+    if (ls->lease.op && !ls->lease.cancelled && lease_due < next) next = lease_due;
     if (next == UINT64_MAX) return -1;
     return next <= now ? 0 : (int64_t)((next - now + 999999) / 1000000);
 }
@@ -681,6 +827,27 @@ static void remote_tick(loop_state *ls)
             s3_op_cancel(b->op);          /* on_uploaded runs on the next turn, -ECANCELED */
             b->op = NULL;
         }
+    for (batch *b = ls->inflight_list; b; b = b->next_inflight)
+        if (b->await_lease && now >= b->remote_deadline_ns) {
+            char why[900];
+            snprintf(why, sizeof why, "the run's lease s3://%.63s/%.300s was not written within the bound (%.400s)",
+                     s->remote.bucket, s->lease_key, ls->lease.err[0] ? ls->lease.err : "no answer");
+            remote_fail(b, DSTL_EREMOTE, why);
+            batch_progress(s, b);
+        }
+    pthread_mutex_lock(&s->mu);
+    int closing = s->closing;
+    pthread_mutex_unlock(&s->mu);
+    lease_state *l = &ls->lease;
+    uint64_t lease_bound = (s->cv.upload_max_attempts * s->cv.upload_timeout_ms + REMOTE_SLACK_MS) * 1000000ull;
+    if (l->op && !l->cancelled && (closing || now >= l->sent_ns + lease_bound)) {
+        /* A lease write has the bound of an upload; at close none is waited for (close
+         * removes the lease anyway). on_lease_put runs on the next turn, -ECANCELED; no new
+         * write starts before it. */
+        s3_op_cancel(l->op);
+        l->cancelled = 1;
+    }
+    if (l->sent_ns && !l->op && now >= l->next_ns && !closing) lease_start(ls);
     batch *o = ls->open;
     if (o && s->cv.durability == CFG_DURABILITY_REMOTE && o->remote_deadline_ns && now >= o->remote_deadline_ns) {
         /* Still not written at its futures' bound (it waited for room, or behind a segment

@@ -59,6 +59,43 @@ void remote_list_prefix(const remote_loc *loc, char *buf, size_t cap)
     else if (cap) buf[0] = '\0';
 }
 
+#define LEASE_DIR "_leases"
+
+void remote_lease_prefix(const remote_loc *loc, char *buf, size_t cap)
+{
+    if (*loc->prefix) snprintf(buf, cap, "%s/" LEASE_DIR "/", loc->prefix);
+    else snprintf(buf, cap, LEASE_DIR "/");
+}
+
+int remote_lease_key(const remote_loc *loc, const char *run_id, uint64_t timeout_ms, char *buf, size_t cap)
+{
+    char pre[600];
+    remote_lease_prefix(loc, pre, sizeof pre);
+    int n = snprintf(buf, cap, "%s%s-t%llu.lease", pre, run_id, (unsigned long long)timeout_ms);
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int remote_lease_parse(const remote_loc *loc, const char *key, char *run_id, size_t cap, uint64_t *timeout_ms)
+{
+    char pre[600];
+    remote_lease_prefix(loc, pre, sizeof pre);
+    size_t pl = strlen(pre);
+    if (strncmp(key, pre, pl) != 0) return -EINVAL;
+    const char *name = key + pl, *t = strstr(name, "-t");
+    if (!t || t == name || (size_t)(t - name) >= cap) return -EINVAL;
+    for (const char *q = name; q < t; q++)
+        if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f'))) return -EINVAL;
+    uint64_t ms = 0;
+    const char *p = t + 2;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 19; p++, digits++) ms = ms * 10 + (uint64_t)(*p - '0');
+    if (!digits || strcmp(p, ".lease") != 0) return -EINVAL;
+    memcpy(run_id, name, (size_t)(t - name));
+    run_id[t - name] = '\0';
+    *timeout_ms = ms;
+    return 0;
+}
+
 int remote_client_new(const config_values *cv, s3_client **out)
 {
     s3_opts o = {

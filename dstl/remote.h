@@ -36,6 +36,18 @@ int remote_key(const remote_loc *loc, const char *name, char *buf, size_t cap);
 /* The key prefix every segment of loc lives under ("<prefix>/" or ""), for listings. */
 void remote_list_prefix(const remote_loc *loc, char *buf, size_t cap);
 
+/* Leases (dstl/README.md, "Who may delete what"): each run that uploads keeps the object
+ *     PREFIX/_leases/<run id>-t<lease timeout in ms>.lease
+ * fresh (rewritten every dstl.remote.lease-refresh); gc on any machine leaves a run alone
+ * while its lease is younger than its timeout (the one in the key, or gc's own if larger),
+ * judged on the server's clock. The key is not of a segment's shape: gc never takes it for one.
+ * remote_lease_key writes a run's key (0 or -ENAMETOOLONG); remote_lease_parse reads the run
+ * id and timeout back from a key of that shape (0, or -EINVAL for any other key);
+ * remote_lease_prefix gives the prefix every lease key starts with, for listings. */
+int remote_lease_key(const remote_loc *loc, const char *run_id, uint64_t timeout_ms, char *buf, size_t cap);
+int remote_lease_parse(const remote_loc *loc, const char *key, char *run_id, size_t cap, uint64_t *timeout_ms);
+void remote_lease_prefix(const remote_loc *loc, char *buf, size_t cap);
+
 /* An S3 client configured from the dstl.s3.* and dstl.upload.* keys. Returns 0, or the
  * client's error with a detail naming the endpoint (credentials never appear). */
 int remote_client_new(const config_values *cv, s3_client **out);

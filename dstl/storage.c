@@ -13,6 +13,7 @@
 #include "dstl/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
+#include "dstl/remote.h"
 #include "dstl/segstore.h"
 #include "dstl/storage_test.h"
 
@@ -34,6 +35,7 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     if (!s) return err_fail(-ENOMEM, "dstl_storage_open: out of memory");
     s->wake_fd = -1;
     s->test_upload_err = t ? t->fail_upload_start : 0;
+    s->test_wall_skew_ms = t ? t->wall_clock_skew_ms : 0;
     int rc = config_clone(c, &s->cfg);
     if (rc == 0) rc = config_resolve(s->cfg, &s->cv);
     if (rc < 0) goto fail;
@@ -43,6 +45,13 @@ int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_sto
     }
     if (*s->cv.remote_uri && (rc = remote_parse_uri(s->cv.remote_uri, "key 'dstl.remote.uri'", &s->remote)) < 0)
         goto fail;
+    if (s->cv.lease_timeout_ms < 4 * s->cv.lease_refresh_ms) {
+        /* The run fences itself at timeout - 2 x refresh: that must leave it a few refreshes. */
+        rc = err_fail(DSTL_ECONFIG, "key 'dstl.remote.lease-timeout' (%llu ms) must be at least 4 x "
+                      "'dstl.remote.lease-refresh' (%llu ms)", (unsigned long long)s->cv.lease_timeout_ms,
+                      (unsigned long long)s->cv.lease_refresh_ms);
+        goto fail;
+    }
     if (*s->cv.encryption_key_file) {
         rc = err_fail(-ENOTSUP, "dstl.encryption.key-file: encryption at rest is not available in this "
                                 "build yet (the format reserves it)");
@@ -102,6 +111,30 @@ int dstl_storage_open(const dstl_config *c, dstl_storage **out)
     return storage_open_test(c, NULL, out);
 }
 
+static void on_lease_deleted(void *ctx, const s3_result *r)
+{
+    int *done = ctx;
+    *done = r->err == 0 ? 1 : -1;
+}
+
+/* After the pipeline stopped: gives the detached cleanups of cancelled uploads at most one
+ * more future bound (include/dstl.h), and meanwhile removes the run's lease, so that other
+ * machines' gc may finish what a cleanup leaves (a lease that cannot be removed goes stale
+ * after dstl.remote.lease-timeout). s3_client_free then drops what is still running. */
+static void remote_close(dstl_storage *s)
+{
+    uint64_t bound_ns = (s->cv.persist_delay_us / 1000 + s->cv.upload_max_attempts * s->cv.upload_timeout_ms + 1000) *
+                        1000000ull;
+    uint64_t deadline = now_ns() + bound_ns;
+    /* the flag lives in s: s3_client_free may still run the callback (cancelled) */
+    s->lease_deleted = s->lease_tried ? 0 : 1;
+    if (s->lease_tried &&
+        s3_delete_object(s->s3, s->remote.bucket, s->lease_key, NULL, on_lease_deleted, &s->lease_deleted) < 0)
+        s->lease_deleted = -1;
+    while ((s3_client_cleanups(s->s3) > 0 || s->lease_deleted == 0) && now_ns() < deadline)
+        if (s3_client_run(s->s3, NULL, 0, 50) < 0) break;
+}
+
 int dstl_storage_close(dstl_storage *s)
 {
     if (!s) return 0;
@@ -111,6 +144,7 @@ int dstl_storage_close(dstl_storage *s)
     if (open > 0)
         return err_fail(-EBUSY, "dstl_storage_close: %zu writer(s) still open; close them first", open);
     pipeline_stop(s);
+    if (s->s3) remote_close(s);
     s3_client_free(s->s3);
     segstore_close(s->store);
     close(s->wake_fd);

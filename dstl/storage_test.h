@@ -14,6 +14,9 @@ typedef struct {
     /* Nonzero (a negative errno): every s3_upload the pipeline starts fails synchronously
      * with this code, as an out-of-memory start would. */
     int fail_upload_start;
+    /* Added to the local wall clock where DSTL reads it (gc's "now" for local files), so a test
+     * can show that remote ages are judged on the server's clock, never the local one. */
+    int64_t wall_clock_skew_ms;
 } storage_test_opts;
 
 int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_storage **out);

@@ -87,11 +87,24 @@ int t_s3_count(s3_client *c, const char *bucket, const char *prefix, size_t *obj
     s3_list l;
     int rc = s3_list_objects_all_sync(c, bucket, prefix, 0, &l, NULL);
     if (rc) return rc;
-    *objects = l.n_objects;
+    /* a running storage's lease (PREFIX/_leases/...) is not a segment: t_s3_count_leases */
+    *objects = 0;
+    for (size_t i = 0; i < l.n_objects; i++) *objects += strstr(l.objects[i].key, "_leases/") == NULL;
     s3_list_clear(&l);
     rc = s3_list_multipart_uploads_all_sync(c, bucket, prefix, 0, &l, NULL);
     if (rc) return rc;
     *uploads = l.n_uploads;
+    s3_list_clear(&l);
+    return 0;
+}
+
+int t_s3_count_leases(s3_client *c, const char *bucket, const char *prefix, size_t *leases)
+{
+    s3_list l;
+    int rc = s3_list_objects_all_sync(c, bucket, prefix, 0, &l, NULL);
+    if (rc) return rc;
+    *leases = 0;
+    for (size_t i = 0; i < l.n_objects; i++) *leases += strstr(l.objects[i].key, "_leases/") != NULL;
     s3_list_clear(&l);
     return 0;
 }
@@ -136,7 +149,15 @@ static int tool_path(char *out, size_t cap)
 int t_s3_proxy_start(t_s3_proxy *p, const char *upstream, const char *script, char *why,
                      size_t why_cap)
 {
+    return t_s3_proxy_start_on(p, upstream, script, 0, why, why_cap);
+}
+
+int t_s3_proxy_start_on(t_s3_proxy *p, const char *upstream, const char *script, int port, char *why,
+                        size_t why_cap)
+{
     memset(p, 0, sizeof *p);
+    char portbuf[16];
+    snprintf(portbuf, sizeof portbuf, "%d", port);
     char path[PATH_MAX + 32];
     if (tool_path(path, sizeof path)) {
         snprintf(why, why_cap, "s3proxy not found (DSTL_TEST_TOOLS or <build>/tools/s3proxy)");
@@ -150,8 +171,9 @@ int t_s3_proxy_start(t_s3_proxy *p, const char *upstream, const char *script, ch
         dup2(pfd[1], 1);
         close(pfd[0]);
         close(pfd[1]);
-        execl(path, "s3proxy", "--upstream", upstream, "--script", script ? script : "",
-              (char *)NULL);
+        if (port) execl(path, "s3proxy", "--upstream", upstream, "--script", script ? script : "", "--port", portbuf,
+                        (char *)NULL);
+        else execl(path, "s3proxy", "--upstream", upstream, "--script", script ? script : "", (char *)NULL);
         _exit(127);
     }
     close(pfd[1]);
@@ -164,7 +186,7 @@ int t_s3_proxy_start(t_s3_proxy *p, const char *upstream, const char *script, ch
     }
     line[got] = '\0';
     close(pfd[0]);
-    if (sscanf(line, "port %d", &p->port) != 1) {
+    if (sscanf(line, "port %d", &p->port) != 1 || (port && p->port != port)) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         snprintf(why, why_cap, "s3proxy did not start (script '%s')", script ? script : "");

@@ -41,9 +41,12 @@ int t_s3_setup(t_s3_env *e, s3_client **c, char *bucket, size_t bucket_cap, cons
  * 0 or the first failure's code (why gets its detail). */
 int t_s3_drop_bucket(s3_client *c, const char *bucket, char *why, size_t why_cap);
 
-/* Counts objects and incomplete multipart uploads under prefix (NULL: all). 0 or -errno. */
+/* Counts objects and incomplete multipart uploads under prefix (NULL: all), leaving out the
+ * leases of running storages (keys under .../_leases/). 0 or -errno. */
 int t_s3_count(s3_client *c, const char *bucket, const char *prefix, size_t *objects,
                size_t *uploads);
+/* Counts the lease objects (keys under .../_leases/) under prefix. 0 or -errno. */
+int t_s3_count_leases(s3_client *c, const char *bucket, const char *prefix, size_t *leases);
 
 /* The fault proxy: started on 127.0.0.1 with a free port, forwarding to upstream (an
  * http://host:port URL) and applying the fault script (see tests/tools/s3proxy.c). */
@@ -57,6 +60,10 @@ typedef struct t_s3_proxy {
  * 0 or -errno with why[] saying what failed. */
 int t_s3_proxy_start(t_s3_proxy *p, const char *upstream, const char *script, char *why,
                      size_t why_cap);
+/* The same on a given port (0: a free one): the proxy again where it was, after a stop
+ * (SO_REUSEADDR: the old sockets do not block it). */
+int t_s3_proxy_start_on(t_s3_proxy *p, const char *upstream, const char *script, int port, char *why,
+                        size_t why_cap);
 /* Stops it (SIGTERM, then waits). */
 void t_s3_proxy_stop(t_s3_proxy *p);
 

@@ -264,11 +264,16 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
         orphans_seen += before.n > live.n ? before.n - live.n : 0;
         names_free(&before);
 
-        /* the operator's sweep: dstl --set <remote> gc DIR --min-age 0 --live <handle files> */
+        /* the operator's sweep: dstl --set <remote> gc DIR --min-age 0 --live <handle files>,
+         * once the killed run's lease (500 ms, crash_child.c) is stale on the server's clock —
+         * whose Date has whole seconds, so up to a second more — until then gc must keep
+         * everything of the run (a lease says it may be alive on another machine) */
+        usleep(1800000);
         char cmd[32768];
         int n = snprintf(cmd, sizeof cmd,
                          "'%s' --set dstl.remote.uri=%s --set dstl.s3.endpoint=%s --set dstl.s3.region=%s "
                          "--set dstl.s3.access-key=%s --set dstl.s3.secret-key=%s --set dstl.s3.path-style=true "
+                         "--set dstl.remote.lease-refresh=100ms --set dstl.remote.lease-timeout=500ms "
                          "gc '%s' --min-age 0 %s",
                          bin(), uri, env.endpoint, env.region, env.access_key, env.secret_key, data,
                          nfiles ? "--live" : "--no-live-handles");   /* no handle yet: said explicitly */

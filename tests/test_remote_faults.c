@@ -154,36 +154,11 @@ static void assert_retried_and_hedged(dstl_storage *s, const char *what)
 
 /* ---- the outage ---- */
 
-/* The proxy again on the port it had (SO_REUSEADDR: the old sockets do not block it). */
+/* The proxy again on the port it had, passing everything. */
 static int proxy_restart(t_s3_proxy *p, int port)
 {
-    char path[PATH_MAX + 16], portbuf[16];
-    const char *tools = getenv("DSTL_TEST_TOOLS");
-    snprintf(path, sizeof path, "%s/s3proxy", tools && *tools ? tools : "build/tools");
-    snprintf(portbuf, sizeof portbuf, "%d", port);
-    int pfd[2];
-    if (pipe(pfd)) return -errno;
-    pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid == 0) {
-        dup2(pfd[1], 1);
-        close(pfd[0]);
-        close(pfd[1]);
-        execl(path, "s3proxy", "--upstream", env.endpoint, "--port", portbuf, (char *)NULL);
-        _exit(127);
-    }
-    close(pfd[1]);
-    char line[64] = "";
-    ssize_t n = read(pfd[0], line, sizeof line - 1);
-    close(pfd[0]);
-    int got = 0;
-    if (n <= 0 || sscanf(line, "port %d", &got) != 1 || got != port) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -EIO;
-    }
-    p->pid = pid;
-    return 0;
+    char why[512];
+    return t_s3_proxy_start_on(p, env.endpoint, NULL, port, why, sizeof why);
 }
 
 typedef struct {
@@ -340,7 +315,8 @@ Test(remote_faults, slowdown_and_slow_puts_retry_and_hedge_leaving_nothing, .tim
     /* each rule is used up once per request it takes, in order: 503 bursts of two (the third
      * attempt passes), and answers held 800 ms (> upload.timeout: a hedged twin races them;
      * the first attempt landed, so the twin meets If-None-Match and the client settles it) */
-    const char *script = "PUT 503 x2; PUT delay=800; PUT 503 x2; PUT delay=800 x2; PUT 503 x2; PUT delay=800";
+    const char *script = "PUT?.seg 503 x2; PUT?.seg delay=800; PUT?.seg 503 x2; PUT?.seg delay=800 x2; "
+                         "PUT?.seg 503 x2; PUT?.seg delay=800";
     const char *extra[] = {"dstl.upload.timeout", "300ms", "dstl.upload.max-attempts", "3",
                            "dstl.upload.next-attempt-delay", "20ms", "dstl.batch.persist-delay", "5ms", NULL};
     dstl_writer *w = NULL;
@@ -420,7 +396,7 @@ Test(remote_faults, a_body_corrupted_in_transit_is_never_acknowledged)
     static const char *const extra[] = {"dstl.s3.payload-signing", "unsigned", "dstl.upload.timeout", "1s",
                                         "dstl.upload.max-attempts", "3", "dstl.batch.persist-delay", "0", NULL};
     dstl_writer *w = NULL;
-    dstl_storage *s = through_proxy("PUT corrupt", extra, &w);
+    dstl_storage *s = through_proxy("PUT?.seg corrupt", extra, &w);
     t_append_n(w, 4, 200, 0, NKG, 2000);
     dstl_handle *h = NULL;
     char err[1024] = "";
@@ -445,7 +421,8 @@ static void stalled_answers_keep_the_bound(const char *record_max, uint64_t reco
                                         "dstl.upload.part-size", "5mb", NULL};
     const int64_t bound_ms = 10 + 3 * 500 + 1000, slack_ms = 1500;
     dstl_writer *w = NULL;
-    dstl_storage *s = through_proxy("* delay=20000 x1000", extra, &w);
+    /* the run's first lease write passes, so the segment uploads themselves stall */
+    dstl_storage *s = through_proxy("PUT?_leases pass; * delay=20000 x1000", extra, &w);
     size_t max_len = (size_t)atol(record_max);
     int64_t worst = 0;
     for (uint64_t cp = 1; cp <= 2; cp++) {

@@ -201,6 +201,11 @@ static dstl_config *config_for(const char *dir)
         }
         if (dstl_config_set(c, env_keys[i][1], v) < 0) die("config");
     }
+    /* short leases: a killed child's run counts as dead 500 ms after its last refresh, so the
+     * crash test's gc can sweep its orphans (the test waits that long, and sets the same) */
+    if (dstl_config_set(c, "dstl.remote.lease-refresh", "100ms") < 0 ||
+        dstl_config_set(c, "dstl.remote.lease-timeout", "500ms") < 0)
+        die("config");
     if (dstl_config_set(c, "dstl.remote.uri", g_remote) < 0 || dstl_config_set(c, "dstl.durability", "remote") < 0 ||
         dstl_config_set(c, "dstl.s3.path-style", "true") < 0)
         die("config");
