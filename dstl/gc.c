@@ -1,24 +1,22 @@
 /*
  * dstl/gc.c — the orphan sweep: delete every segment in the local dir and under the remote
- * prefix that no live handle references, that is older than min_age, and that this storage is
- * not still using; and abort the incomplete multipart uploads under the prefix.
+ * prefix that belongs to a run that is not alive, that no live handle references and that is
+ * older than min_age; abort the incomplete multipart uploads of dead runs; remove stale leases
+ * and the lock files of dead runs that keep no file (dstl/README.md, "Who may delete what").
  *
- * "Still using" means: a segment of this run that the registry knows (being written or
- * uploaded, referenced by a writer section or a live handle, or queued for deletion), or a
- * name the pipeline reserved ahead (segment numbers at or above the next one). Segments of
- * other runs are judged only by the live set and their age: this is how the leftovers of a
- * crash go. Other processes' segments in flight are protected by min_age alone.
+ * Alive: another run is alive while its lock <dir>/<run>.lock is held (segstore_owner_alive,
+ * probed once per run per sweep) or, for remote copies, while its lease under PREFIX/_leases/
+ * is younger than its timeout on the server's clock; everything of a live run is kept
+ * (kept_running). This storage's own run: a segment the registry knows, or a name it reserved
+ * ahead, is kept; others of its run (a failed write's leftovers) go like a dead run's.
  *
- * Remote (dstl.remote.uri set): the objects are listed under the prefix (ListObjectsV2); a key
- * counts only when it is exactly where remote_key() puts a segment ("PREFIX/hh/<segment
- * name>"): anything else under the prefix is not DSTL's and is neither scanned nor touched.
- * Its age is the object's LastModified (the server's clock: an object without one counts as
- * young unless min_age is 0). Incomplete multipart uploads of segment keys are aborted once
- * older than min_age (by their Initiated time) unless this storage is still uploading that
- * segment: no handle can reference an incomplete upload (a handle exists only for a complete
- * object), so the live set does not keep them. The report counts remote objects like local
- * files (a segment with both copies is scanned twice); an aborted upload counts as deleted
- * with 0 bytes, a kept one as kept_live (still uploading here) or kept_young.
+ * Remote (dstl.remote.uri set): uploads, then objects, then leases are listed (a live run's
+ * lease precedes its first object, so listing leases last never misses one). A key counts only
+ * when it is exactly where remote_key() puts a segment ("PREFIX/hh/<segment name>"); anything
+ * else under the prefix is not DSTL's and is neither scanned nor touched. Ages: the listing's
+ * Date against LastModified / Initiated; without either, nothing counts as old (unless
+ * min_age is 0). The report counts remote objects like local files (a segment with both copies
+ * is scanned twice); an aborted upload counts as deleted with 0 bytes.
  *
  * Threads: the caller's. The pipeline's S3 client is the pipeline thread's, so a gc call makes
  * its own client (remote_client_new) and frees it before returning. Blocking: directory

@@ -89,9 +89,14 @@ const char *dstl_config_get(const dstl_config *c, const char *key);
 
 void dstl_config_free(dstl_config *c);
 
-/* ---- storage: one per process; owns the shared pipeline; thread-safe ----------------------
+/* ---- storage: usually one per process; owns the shared pipeline; thread-safe -------------
  * Opening starts the pipeline thread and the local store in dstl.local.dir (created if
- * missing). Each storage run has a random run id: its segment names start with it.
+ * missing). Each storage run has a random run id: its segment names start with it. Several
+ * storages (in one process or many) may share one dstl.local.dir and one remote prefix: each
+ * run holds an flock on <dir>/<run id>.lock from before its first file until close, and, once
+ * it uploads, keeps a fresh lease object PREFIX/_leases/<run id>-t<ms>.lease; no dstl_gc
+ * anywhere deletes anything of a run that holds either (dstl/README.md, "Who may delete what").
+ * A storage opened only to read or sweep creates no file and no object.
  */
 
 /* Returns 0, DSTL_ECONFIG, -ENOTSUP (a feature the configuration asks for that this build
@@ -232,9 +237,14 @@ typedef struct {
 /* Deletes every segment under dstl.local.dir and, with dstl.remote.uri, under the remote
  * prefix that no handle in live references, that is older than min_age_ms, and that this
  * storage is not still using; aborts the remote prefix's incomplete multipart uploads older
- * than min_age_ms that this storage is not still uploading. dry_run reports only. The report
- * counts local files and remote objects alike (an aborted upload is deleted, 0 bytes).
- * Errors name the file or s3://bucket/key. Blocking (listings, deletes; its own S3 client). */
+ * than min_age_ms that this storage is not still uploading. Nothing of a run that is still
+ * alive is deleted, whatever live and min_age_ms say: locally its lock is held, remotely its
+ * lease is fresh (kept_running counts those). Remote ages are the server's (a listing's Date
+ * against LastModified), never the local clock. The live set must hold every handle of every
+ * storage that shares the dir or prefix. Also removes stale leases and dead runs' lock files
+ * that keep no file. dry_run changes nothing. The report counts local files and remote
+ * objects alike (an aborted upload is deleted, 0 bytes). Errors name the file or
+ * s3://bucket/key. Blocking (listings, deletes; its own S3 client). */
 int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live,
             uint64_t min_age_ms, int dry_run, dstl_gc_report *out);
 
