@@ -219,7 +219,11 @@ typedef struct {
 } dstl_record;
 
 /* Yields h's records in seq order, keeping data records whose key group lies in
- * [key_group_first, key_group_last] and every meta record. Reads the local copy. */
+ * [key_group_first, key_group_last] and every meta record. Reads the local copy when it is
+ * there; with a remote (the handle names one), a missing, unreadable or damaged local copy is
+ * read from the object instead — also mid-piece, without repeating or skipping a record — and
+ * counted in dstl_stats.local_read_fallbacks. DSTL_ECORRUPT then means no copy is intact (the
+ * detail names both). */
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
                      uint32_t key_group_first, uint32_t key_group_last, dstl_reader **out);
 /* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), -ENOENT (a
