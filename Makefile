@@ -136,10 +136,13 @@ $(B)/tools/powercut_fs: $(B)/obj/tests/tools/powercut_fs.o
 # switched off, to prove the simulator catches its absence. The library never has them.
 SEGSTORE_DEFS_skip-fdatasync := -DDSTL_TEST_SKIP_SEGMENT_FDATASYNC
 SEGSTORE_DEFS_skip-dirsync   := -DDSTL_TEST_SKIP_DIR_FSYNC
-$(B)/obj/dstl/segstore-%.o: dstl/segstore.c $(GEN_H) | $(DEPS_STAMP)
+# Static patterns (only these two names): a plain pattern would also match the dependency
+# files the compiler writes beside them, which make then tries to rebuild as programs.
+SEGSTORE_VARIANTS := skip-fdatasync skip-dirsync
+$(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/segstore-%.o): $(B)/obj/dstl/segstore-%.o: dstl/segstore.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
-$(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(B)/libdstl.a
+$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 

@@ -336,10 +336,8 @@ static void batch_progress(dstl_storage *s, batch *b)
             res = b->remote_res;
             why = b->remote_err;
             decided = 1;
-            if (res == 0 && lease_check(b->ls, now_ns(), b->remote_err, sizeof b->remote_err) != 0) {
-                res = DSTL_EREMOTE;   /* fenced meanwhile: the object goes (reap_batches) */
-                b->remote_res = res;
-            }
+            if (res == 0 && lease_check(b->ls, now_ns(), b->remote_err, sizeof b->remote_err) != 0)
+                res = DSTL_EREMOTE;   /* fenced meanwhile: not acknowledged; reap_batches deletes the object */
         }
         if (decided) {
             char detail[1200];

@@ -354,6 +354,36 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
 
 /* ---- ownership ------------------------------------------------------------------------------ */
 
+/* Calls fn(ctx, dir fd, name, &counted) for each entry of dir whose name is longer than suffix
+ * and ends in it, in directory order. fn returns 0, or anything else to stop the listing with
+ * it, and clears counted for an entry it skipped. Returns the count of the others, fn's stop
+ * value, or -errno naming dir. */
+typedef int (*list_fn)(void *ctx, int dfd, const char *name, int *counted);
+
+static int list_suffix(const char *dir, const char *suffix, list_fn fn, void *ctx)
+{
+    DIR *d = opendir(dir);
+    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
+    int count = 0, rc = 0;
+    size_t k = strlen(suffix);
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
+            break;
+        }
+        size_t n = strlen(de->d_name);
+        if (n <= k || strcmp(de->d_name + n - k, suffix) != 0) continue;
+        int counted = 1;
+        if ((rc = fn(ctx, dirfd(d), de->d_name, &counted)) != 0) break;
+        count += counted;
+    }
+    closedir(d);
+    return rc != 0 ? rc : count;
+}
+
+
 /* Attempts at taking the run's lock file when a gc removes it in between (see owner_lock). */
 #define LOCK_TRIES 8
 
@@ -451,29 +481,27 @@ int segstore_owner_forget(const char *dir, const char *owner)
     return rc;
 }
 
+typedef struct {
+    segstore_owner_fn cb;
+    void *ctx;
+} owners_ctx;
+
+static int visit_owner(void *arg, int dfd, const char *name, int *counted)
+{
+    (void)dfd;
+    (void)counted;
+    owners_ctx *o = arg;
+    char owner[NAME_MAX + 1];
+    size_t n = strlen(name) - strlen(SEGSTORE_LOCK_SUFFIX);
+    memcpy(owner, name, n);
+    owner[n] = '\0';
+    return o->cb(o->ctx, owner);
+}
+
 int segstore_list_owners(const char *dir, segstore_owner_fn cb, void *ctx)
 {
-    DIR *d = opendir(dir);
-    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
-    int count = 0, rc = 0;
-    size_t k = strlen(SEGSTORE_LOCK_SUFFIX);
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
-            break;
-        }
-        size_t n = strlen(de->d_name);
-        if (n <= k || strcmp(de->d_name + n - k, SEGSTORE_LOCK_SUFFIX) != 0) continue;
-        char owner[NAME_MAX + 1];
-        memcpy(owner, de->d_name, n - k);
-        owner[n - k] = '\0';
-        if ((rc = cb(ctx, owner)) != 0) break;
-        count++;
-    }
-    closedir(d);
-    return rc != 0 ? rc : count;
+    owners_ctx o = {cb, ctx};
+    return list_suffix(dir, SEGSTORE_LOCK_SUFFIX, visit_owner, &o);
 }
 
 /* Whether a synced file is still reachable: it has a directory entry, and the store's path
@@ -842,37 +870,29 @@ int segstore_size(const char *dir, const char *name, uint64_t *size_bytes)
     return 0;
 }
 
-static bool is_segment_name(const char *name)
+typedef struct {
+    const char *dir;
+    segstore_list_fn cb;
+    void *ctx;
+} segs_ctx;
+
+static int visit_segment(void *arg, int dfd, const char *name, int *counted)
 {
-    size_t n = strlen(name), k = strlen(SEGSTORE_SUFFIX);
-    return n > k && strcmp(name + n - k, SEGSTORE_SUFFIX) == 0;
+    segs_ctx *c = arg;
+    struct stat st;
+    *counted = 0;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        if (errno == ENOENT) return 0; /* removed meanwhile */
+        return err_fail(-errno, "list %s: stat %s: %s", c->dir, name, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) return 0;
+    *counted = 1;
+    int64_t mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    return c->cb(c->ctx, name, (uint64_t)st.st_size, mtime_ms);
 }
 
 int segstore_list(const char *dir, segstore_list_fn cb, void *ctx)
 {
-    DIR *d = opendir(dir);
-    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
-    int count = 0, rc = 0;
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
-            break;
-        }
-        if (!is_segment_name(de->d_name)) continue;
-        struct stat st;
-        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-            if (errno == ENOENT) continue; /* removed meanwhile */
-            rc = err_fail(-errno, "list %s: stat %s: %s", dir, de->d_name, strerror(errno));
-            break;
-        }
-        if (!S_ISREG(st.st_mode)) continue;
-        int64_t mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
-        rc = cb(ctx, de->d_name, (uint64_t)st.st_size, mtime_ms);
-        if (rc != 0) break;
-        count++;
-    }
-    closedir(d);
-    return rc != 0 ? rc : count;
+    segs_ctx c = {dir, cb, ctx};
+    return list_suffix(dir, SEGSTORE_SUFFIX, visit_segment, &c);
 }
