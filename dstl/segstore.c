@@ -348,6 +348,7 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
     *out = s->st;
     out->reserved = s->n_reserved;
     out->inflight = s->inflight;
+    out->dir_pending = s->dir_running || s->dir_wanted > s->dir_synced;
 }
 
 /* ---- writes ---------------------------------------------------------------------------------- */

@@ -25,6 +25,7 @@
 #ifndef DSTL_SEGSTORE_H
 #define DSTL_SEGSTORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -126,6 +127,7 @@ struct segstore_stats {
     uint64_t dir_fsyncs;      /* directory fsyncs issued                                      */
     unsigned reserved;        /* names reserved now                                           */
     unsigned inflight;        /* accepted writes whose callback has not run yet               */
+    bool dir_pending;         /* a directory fsync is running or wanted                       */
 };
 
 /* Counters since open. Pipeline thread only. */

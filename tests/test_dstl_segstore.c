@@ -112,7 +112,9 @@ static void settle(segstore *s)
         segstore_stats(s, &st);
         segstore_poll(s);
         struct pollfd p = {.fd = segstore_event_fd(s), .events = POLLIN};
-        if (poll(&p, 1, 5) == 0 && st.inflight == 0) return;
+        /* Quiet only when no write and no directory fsync is left: a reservation's directory
+         * fsync may take longer than one poll timeout on a busy disk. */
+        if (poll(&p, 1, 5) == 0 && st.inflight == 0 && !st.dir_pending) return;
     }
 }
 
