@@ -3,8 +3,8 @@
 # they need); `make perf` runs the benchmarks. `make SANITIZE=address|undefined|thread`
 # builds into build/<variant>/ and `make test SANITIZE=...` runs the same tests there.
 #
-# Sources are found by directory: wire/*.c, s3/*.c and dstl/*.c make the library (the
-# command's own files are dstl/cmd*.c); tests/test_*.c are one Criterion binary each;
+# Sources are found by directory: wire/*.c, s3/*.c, dstl/*.c and dstl/*/*.c make the library
+# (the command's own files are dstl/cmd/*.c); tests/test_*.c are one Criterion binary each;
 # tests/tools/*.c and perf/*.c are programs; tests/fuzz/fuzz_*.c are libFuzzer targets.
 
 SHELL    := /bin/bash
@@ -47,9 +47,9 @@ PROTO      := wire/dstl.proto
 GEN_C      := $(B)/gen/wire/dstl.pb-c.c
 GEN_H      := $(B)/gen/wire/dstl.pb-c.h
 
-LIB_SRCS   ?= $(filter-out dstl/cmd%.c,$(wildcard wire/*.c s3/*.c dstl/*.c))
+LIB_SRCS   ?= $(filter-out dstl/cmd/%.c,$(wildcard wire/*.c s3/*.c dstl/*.c dstl/*/*.c))
 LIB_OBJS   := $(LIB_SRCS:%.c=$(B)/obj/%.o) $(B)/obj/gen/dstl.pb-c.o
-CMD_SRCS   := $(wildcard dstl/cmd*.c)
+CMD_SRCS   := $(wildcard dstl/cmd/*.c)
 CMD_OBJS   := $(CMD_SRCS:%.c=$(B)/obj/%.o)
 TEST_SRCS  := $(wildcard tests/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
@@ -132,17 +132,17 @@ $(B)/tools/powercut_fs: $(B)/obj/tests/tools/powercut_fs.o
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(FUSE_LIBS)
 
 # Test-only variants of the local store, linked only into extra crash_child programs for the
-# power-cut bite tests (tests/test_dstl_powercut.c): each compiles dstl/segstore.c with one sync
+# power-cut bite tests (tests/test_dstl_powercut.c): each compiles dstl/local/segstore.c with one sync
 # switched off, to prove the simulator catches its absence. The library never has them.
 SEGSTORE_DEFS_skip-fdatasync := -DDSTL_TEST_SKIP_SEGMENT_FDATASYNC
 SEGSTORE_DEFS_skip-dirsync   := -DDSTL_TEST_SKIP_DIR_FSYNC
 # Static patterns (only these two names): a plain pattern would also match the dependency
 # files the compiler writes beside them, which make then tries to rebuild as programs.
 SEGSTORE_VARIANTS := skip-fdatasync skip-dirsync
-$(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/segstore-%.o): $(B)/obj/dstl/segstore-%.o: dstl/segstore.c $(GEN_H) | $(DEPS_STAMP)
+$(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/local/segstore-%.o): $(B)/obj/dstl/local/segstore-%.o: dstl/local/segstore.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
-$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(B)/libdstl.a
+$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/local/segstore-%.o $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
@@ -177,7 +177,7 @@ fuzz: | $(DEPS_STAMP)
 	protoc-c --c_out=$(FUZZ_B)/gen $(PROTO)
 	@set -e; for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
 	  echo "fuzz: $$n"; \
-	  clang $(FUZZ_CFLAGS) -o $(FUZZ_B)/bin/$$n $$f $(filter-out dstl/cmd%.c,$(wildcard wire/*.c s3/*.c dstl/*.c)) \
+	  clang $(FUZZ_CFLAGS) -o $(FUZZ_B)/bin/$$n $$f $(filter-out dstl/cmd/%.c,$(wildcard wire/*.c s3/*.c dstl/*.c dstl/*/*.c)) \
 	    $(FUZZ_B)/gen/wire/dstl.pb-c.c $(LIBS); \
 	  mkdir -p $(FUZZ_B)/corpus/$$n; \
 	  $(FUZZ_B)/bin/$$n -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \

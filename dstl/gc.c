@@ -30,7 +30,7 @@
 
 #include "dstl/err.h"
 #include "dstl/internal.h"
-#include "dstl/segstore.h"
+#include "dstl/local/segstore.h"
 
 /* What gc learned of another run: whether it is alive, and whether it keeps files. */
 typedef struct {

@@ -21,7 +21,7 @@
 #include "dstl.h"
 #include "dstl/config.h"
 #include "dstl/histo.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 #include "dstl/u64map.h"
 #include "wire/wire.h"
 

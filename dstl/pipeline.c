@@ -31,7 +31,7 @@
 
 #include "dstl/err.h"
 #include "dstl/internal.h"
-#include "dstl/segstore.h"
+#include "dstl/local/segstore.h"
 
 /* Names reserved ahead of the segment being built, so a flush does not wait for a
  * directory fsync. Reservations are made in groups (one shared directory fsync per group)

@@ -10,11 +10,11 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "dstl/cache.h"
+#include "dstl/read/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
-#include "dstl/remote.h"
-#include "dstl/segstore.h"
+#include "dstl/remote/remote.h"
+#include "dstl/local/segstore.h"
 #include "dstl/storage_test.h"
 
 static const char *const engine_names[] = {"io_uring", "libaio", "psync"};

@@ -26,7 +26,7 @@
 #include "dstl.h"
 #include "dstl/histo.h"
 #include "dstl/internal.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 
 static double now_s(void)
 {

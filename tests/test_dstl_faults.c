@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "dstl.h"
-#include "dstl/ioeng.h"
+#include "dstl/local/ioeng.h"
 #include "dstl/storage_test.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng.h"
+#include "dstl/local/ioeng.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])

@@ -19,7 +19,7 @@
  *
  * It bites: crash_child-skip-fdatasync and crash_child-skip-dirsync are the same child built
  * with a local store that skips the segment fdatasync or the directory fsync (Makefile,
- * dstl/segstore.c's DSTL_TEST_* switches); with each, trials must report a lost acknowledged
+ * dstl/local/segstore.c's DSTL_TEST_* switches); with each, trials must report a lost acknowledged
  * record (at most BITE_TRIALS trials). And the simulator itself forgets what it should: the
  * tools_powercut tests check it through a mount (unsynced write gone, fsync'd data kept, a new
  * name without a directory fsync gone, unlink/rename undone, prefix and tear, EIO after the cut,
@@ -673,7 +673,7 @@ Test(tools_powercut, names_are_unique_and_the_control_file_hidden)
     cr_assert_eq(system(cmd), 0, "the root lists exactly d and x (not .powercut)");
 }
 
-/* The library flocks lock files (dstl/cache.c): the kernel keeps those locks for us. */
+/* The library flocks lock files (dstl/read/cache.c): the kernel keeps those locks for us. */
 Test(tools_powercut, flock_works_and_stays_in_the_kernel)
 {
     const char *m = fs_mount("drop", 1);

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng.h"
-#include "dstl/segstore.h"
+#include "dstl/local/ioeng.h"
+#include "dstl/local/segstore.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "dstl.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 #include "tests/helpers_s3.h"

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "dstl.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 #include "dstl/storage_test.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"

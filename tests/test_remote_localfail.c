@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "dstl.h"
-#include "dstl/ioeng.h"
+#include "dstl/local/ioeng.h"
 #include "dstl/storage_test.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"

@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "dstl.h"
-#include "dstl/cache.h"
-#include "dstl/remote.h"
+#include "dstl/read/cache.h"
+#include "dstl/remote/remote.h"
 #include "dstl/storage_test.h"
 #include "helpers.h"
 #include "helpers_dstl.h"

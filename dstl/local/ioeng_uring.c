@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng_uring.c — the io_uring engine (the default).
+ * dstl/local/ioeng_uring.c — the io_uring engine (the default).
  *
  * What: raw requests become SQEs (write, fsync with IORING_FSYNC_DATASYNC, fsync), a write's
  * `link` becomes IOSQE_IO_LINK so the kernel runs the fdatasync right behind the write without a
@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng_backend.h"
+#include "dstl/local/ioeng_backend.h"
 
 struct uring {
     struct ioeng_backend base;

@@ -1,5 +1,5 @@
 /*
- * dstl/cmd_demo.c — `dstl demo`: the product's main job on the embedded default.
+ * dstl/cmd/cmd_demo.c — `dstl demo`: the product's main job on the embedded default.
  *
  * N writer threads (one per simulated operator) append a keyed-state workload in the
  * canonical state-change encoding — value updates, list appends, map puts; Zipf-popular keys;
@@ -26,10 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dstl/cmd.h"
+#include "dstl/cmd/cmd.h"
 #include "dstl/config.h"
-#include "dstl/remote.h"
-#include "dstl/segstore.h"
+#include "dstl/remote/remote.h"
+#include "dstl/local/segstore.h"
 #include "dstl/storage_test.h"
 #include "wire/wire.h"
 

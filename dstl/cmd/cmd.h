@@ -1,5 +1,5 @@
 /*
- * dstl/cmd.h — the `dstl` command's subcommands (dstl/cmd*.c; not part of the library).
+ * dstl/cmd/cmd.h — the `dstl` command's subcommands (the files in dstl/cmd/; not part of the library).
  */
 #ifndef DSTL_CMD_H
 #define DSTL_CMD_H

@@ -1,5 +1,5 @@
 /*
- * dstl/segstore.h — the local segment store: one directory of immutable segment files, written
+ * dstl/local/segstore.h — the local segment store: one directory of immutable segment files, written
  * asynchronously by the pipeline thread and read, listed and deleted from any thread.
  *
  * A segment is acknowledged (its callback gets 0) only when it is durable: the whole buffer

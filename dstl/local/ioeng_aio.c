@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng_aio.c — the libaio engine (Linux AIO), the twin for kernels or sandboxes without
+ * dstl/local/ioeng_aio.c — the libaio engine (Linux AIO), the twin for kernels or sandboxes without
  * io_uring.
  *
  * What: raw requests become iocbs — IOCB_CMD_PWRITE, IOCB_CMD_FDSYNC, IOCB_CMD_FSYNC (the sync
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng_backend.h"
+#include "dstl/local/ioeng_backend.h"
 
 struct aio_slot {
     struct iocb cb; /* first: io_event.obj points here */

@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng.c — the I/O front end: operations, their state machine, and engine selection.
+ * dstl/local/ioeng.c — the I/O front end: operations, their state machine, and engine selection.
  *
  * What: turns the caller's operations (write a whole buffer [+ fdatasync], fdatasync, fsync)
  * into raw requests for an engine (ioeng_backend.h), and raw results back into one completion
@@ -38,8 +38,8 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng.h"
-#include "dstl/ioeng_backend.h"
+#include "dstl/local/ioeng.h"
+#include "dstl/local/ioeng_backend.h"
 
 /* Largest single raw write: io_uring takes a 32-bit length and pwrite stops at 2 GiB - 4 KiB;
  * a larger buffer is written in 1 GiB requests through the short-write path. */
@@ -97,12 +97,6 @@ static const struct {
     {"libaio", ioeng_aio_open},
     {"psync", ioeng_psync_open},
 };
-
-void ioeng_signal_fd(int event_fd)
-{
-    /* EAGAIN means the counter is at its maximum: it is readable already. */
-    (void)eventfd_write(event_fd, 1);
-}
 
 static void drain_event_fd(ioeng *e)
 {

@@ -1,12 +1,12 @@
 /*
- * dstl/remote.c — the remote layout and S3 clients from the configuration (remote.h).
+ * dstl/remote/remote.c — the remote layout and S3 clients from the configuration (remote.h).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 
 static int bucket_ok(const char *b, size_t n)
 {

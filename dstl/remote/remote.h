@@ -1,5 +1,5 @@
 /*
- * dstl/remote.h — where segments live in the object store, and S3 clients from the config.
+ * dstl/remote/remote.h — where segments live in the object store, and S3 clients from the config.
  *
  * Layout: dstl.remote.uri = s3://BUCKET/PREFIX. A segment named N (local file
  * <dstl.local.dir>/N, "<run id>-<no>.seg") is the object

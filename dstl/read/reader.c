@@ -1,5 +1,5 @@
 /*
- * dstl/reader.c — recovery readers: a handle's records, in seq order, verified, filtered.
+ * dstl/read/reader.c — recovery readers: a handle's records, in seq order, verified, filtered.
  *
  * Each piece of the handle is read as a *job* in two stages:
  *  1. footer: the bytes [footer_offset, object_len) of its segment (footer + trailer, in one
@@ -48,11 +48,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dstl/cache.h"
+#include "dstl/read/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
-#include "dstl/remote.h"
-#include "dstl/segstore.h"
+#include "dstl/remote/remote.h"
+#include "dstl/local/segstore.h"
 
 /* Pieces fetched at once per reader. Each remote piece costs two round trips (footer, then
  * its section); with 8 in flight those hide behind the consumption of earlier pieces even at

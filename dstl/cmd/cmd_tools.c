@@ -1,5 +1,5 @@
 /*
- * dstl/cmd_tools.c — `dstl cat`, `ls`, `verify`, `gc`: looking at and cleaning a local dir.
+ * dstl/cmd/cmd_tools.c — `dstl cat`, `ls`, `verify`, `gc`: looking at and cleaning a local dir.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "dstl/cmd.h"
+#include "dstl/cmd/cmd.h"
 #include "dstl/config.h"
-#include "dstl/segstore.h"
+#include "dstl/local/segstore.h"
 #include "wire/wire.h"
 
 /* ---- JSON output ---- */

@@ -1,5 +1,5 @@
 /*
- * dstl/cache.h — the reader cache: byte ranges of remote segment objects kept on local disk so
+ * dstl/read/cache.h — the reader cache: byte ranges of remote segment objects kept on local disk so
  * that readers needing the same bytes fetch them once; and a small pool of idle S3 clients so
  * that readers opened one after another reuse connections.
  *

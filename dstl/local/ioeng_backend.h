@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng_backend.h — the ops table between the I/O front end (ioeng.c) and its engines:
+ * dstl/local/ioeng_backend.h — the ops table between the I/O front end (ioeng.c) and its engines:
  * io_uring (ioeng_uring.c), libaio (ioeng_aio.c), psync (ioeng_psync.c), and the fault wrapper
  * (ioeng_fault.c), which is itself an engine around another one. Only those files include this.
  *
@@ -12,8 +12,9 @@
 #define DSTL_IOENG_BACKEND_H
 
 #include <stdint.h>
+#include <sys/eventfd.h>
 
-#include "dstl/ioeng.h"
+#include "dstl/local/ioeng.h"
 
 struct ioeng_op;
 
@@ -81,6 +82,11 @@ int ioeng_fault_wrap(struct ioeng_fault *f, struct ioeng_backend *inner,
                      struct ioeng_backend **out);
 
 /* Makes event_fd readable (eventfd_write of 1; an EAGAIN at counter overflow is harmless). */
-void ioeng_signal_fd(int event_fd);
+static inline void ioeng_signal_fd(int event_fd)
+{
+    /* EAGAIN means the counter is at its maximum: it is readable already. (Inline: the
+     * engines call no function of the front end, which calls theirs.) */
+    (void)eventfd_write(event_fd, 1);
+}
 
 #endif

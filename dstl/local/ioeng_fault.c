@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng_fault.c — the fault-injecting engine: wraps any engine and, per a test's script,
+ * dstl/local/ioeng_fault.c — the fault-injecting engine: wraps any engine and, per a test's script,
  * turns the nth write into -ENOSPC / -EIO / a short write and the nth fdatasync or fsync into
  * -EIO (or any -errno).
  *
@@ -27,7 +27,7 @@
 #include <stdlib.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng_backend.h"
+#include "dstl/local/ioeng_backend.h"
 
 struct fault_rule {
     int kind;

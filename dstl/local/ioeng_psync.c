@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng_psync.c — the synchronous twin: pwrite/fdatasync/fsync performed at submit.
+ * dstl/local/ioeng_psync.c — the synchronous twin: pwrite/fdatasync/fsync performed at submit.
  *
  * What: prep records requests; submit performs them in order on the calling thread, queues each
  * result and makes the eventfd readable; reap hands the results out. So even here a completion
@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng_backend.h"
+#include "dstl/local/ioeng_backend.h"
 
 struct psync {
     struct ioeng_backend base;

@@ -1,5 +1,5 @@
 /*
- * dstl/cmd.c — the `dstl` command: global options and dispatch, shared helpers.
+ * dstl/cmd/cmd.c — the `dstl` command: global options and dispatch, shared helpers.
  *
  *   dstl [--config FILE] [--set key=value]... COMMAND [ARGS]
  *   commands: demo, cat, ls, verify, gc, config, version
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dstl/cmd.h"
+#include "dstl/cmd/cmd.h"
 #include "dstl/config.h"
 
 static void usage(FILE *f)

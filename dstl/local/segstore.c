@@ -1,5 +1,5 @@
 /*
- * dstl/segstore.c — the local segment store: segment files in one directory, made durable by
+ * dstl/local/segstore.c — the local segment store: segment files in one directory, made durable by
  * write + fdatasync (+ a grouped directory fsync for new entries) through an ioeng.
  *
  * Why this shape: the pipeline thread runs an event loop, so a write is a small state machine
@@ -42,8 +42,8 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/ioeng.h"
-#include "dstl/segstore.h"
+#include "dstl/local/ioeng.h"
+#include "dstl/local/segstore.h"
 
 /* The engine tag of the directory fsync; write tags are pointers, never 0. */
 #define DIR_TAG 0u

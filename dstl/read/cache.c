@@ -1,5 +1,5 @@
 /*
- * dstl/cache.c — the reader cache and the pool of readers' S3 clients (see cache.h).
+ * dstl/read/cache.c — the reader cache and the pool of readers' S3 clients (see cache.h).
  *
  * Why on disk: a recovery may fetch gigabytes, and dstl.cache.max-size (1gb by default) is
  * disk, not heap; the files are written without fsync (the cache is not durable: a crash
@@ -30,10 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dstl/cache.h"
+#include "dstl/read/cache.h"
 #include "dstl/err.h"
 #include "dstl/internal.h"
-#include "dstl/remote.h"
+#include "dstl/remote/remote.h"
 
 /* Idle clients kept for the next readers: recovery opens readers a few at a time per task,
  * and a kept client saves its connections' TCP (and TLS) handshakes. Four covers a few

@@ -1,5 +1,5 @@
 /*
- * dstl/ioeng.h — asynchronous file I/O for the local store: write, fdatasync, fsync, with one
+ * dstl/local/ioeng.h — asynchronous file I/O for the local store: write, fdatasync, fsync, with one
  * front end over three engines (io_uring, libaio, psync) and a fault-injecting wrapper.
  *
  * Why: the pipeline thread runs one event loop; it must start segment writes and syncs without
