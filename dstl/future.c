@@ -1,7 +1,7 @@
 /*
- * dstl/future.c — persist futures: built under s->mu from pieces as ranges become durable,
- * completed once (from the pipeline thread, or inside dstl_persist when nothing was
- * pending), waited on from any thread.
+ * dstl/future.c — persist futures (the protocol: dstl/future.h): built under s->mu from
+ * pieces as ranges become durable, completed once (from the pipeline thread, or inside
+ * dstl_persist when nothing was pending), waited on from any thread.
  *
  * A piece pins its segment (handle_refs) the moment it joins the future, so a truncate
  * that runs while the future waits for other ranges cannot delete it (FLINK-28440). On
@@ -11,34 +11,70 @@
  * section holds one until its section ends. The last one frees the future.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "dstl/clock.h"
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/future.h"
+#include "dstl/handle.h"
 
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+typedef struct {
+    run_segment *sg;            /* pinned */
+    uint32_t sec_index;
+    wire_section_loc loc;
+    uint64_t seq_first, seq_end;
+} future_piece;
 
-dstl_future *future_new(dstl_storage *s, const dstl_writer *w, uint64_t cp, uint64_t from, uint64_t to)
+struct future_waiter {
+    future_waiter *next;
+    dstl_future *f;
+    uint64_t lo, hi;
+};
+
+struct dstl_future {
+    /* under mu: what waiters on any thread see */
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    int refs;                   /* user + one per waiter */
+    int done, err, user_gone;
+    char errmsg[512];
+    dstl_handle *handle;
+
+    /* fixed at creation */
+    const future_ctx *ctx;
+    char *writer_id;
+    uint64_t writer_incarnation;
+    uint64_t checkpoint_id, from, to;
+    uint64_t t_start_ns;
+
+    /* under construction: guarded by s->mu */
+    uint64_t size;
+    int building;               /* future_build_end not called yet */
+    int outstanding;            /* waiters whose section has not ended */
+    int failed;                 /* the first failure; errmsg holds its detail */
+    future_piece *pieces;
+    size_t npieces, cap;
+};
+
+dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t writer_incarnation, uint64_t cp,
+                        uint64_t from, uint64_t to)
 {
     dstl_future *f = calloc(1, sizeof *f);
     if (!f) return NULL;
-    if (!(f->writer_id = strdup(w->id))) {
+    if (!(f->writer_id = strdup(writer_id))) {
         free(f);
         return NULL;
     }
     pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
+    pthread_cond_init(&f->done_cv, NULL);
     f->refs = 1;
-    f->s = s;
-    f->writer_incarnation = w->incarnation;
+    f->ctx = ctx;
+    f->building = 1;
+    f->writer_incarnation = writer_incarnation;
     f->checkpoint_id = cp;
     f->from = from;
     f->to = to;
@@ -49,14 +85,14 @@ dstl_future *future_new(dstl_storage *s, const dstl_writer *w, uint64_t cp, uint
 static void future_destroy(dstl_future *f)
 {
     pthread_mutex_destroy(&f->mu);
-    pthread_cond_destroy(&f->cv);
+    pthread_cond_destroy(&f->done_cv);
     dstl_handle_free(f->handle);
     free(f->pieces);
     free(f->writer_id);
     free(f);
 }
 
-void future_unref(dstl_future *f)
+static void future_unref(dstl_future *f)
 {
     pthread_mutex_lock(&f->mu);
     int last = --f->refs == 0;
@@ -64,36 +100,50 @@ void future_unref(dstl_future *f)
     if (last) future_destroy(f);
 }
 
-int future_add_piece(dstl_future *f, range *r, uint64_t lo, uint64_t hi)
+int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const wire_section_loc *loc, uint64_t lo,
+                     uint64_t hi)
 {
     if (f->npieces == f->cap) {
         size_t cap = f->cap ? f->cap * 2 : 4;
-        fpiece *p = realloc(f->pieces, cap * sizeof *p);
+        future_piece *p = realloc(f->pieces, cap * sizeof *p);
         if (!p) return err_fail(-ENOMEM, "persist of writer %s: out of memory", f->writer_id);
         f->pieces = p;
         f->cap = cap;
     }
-    reg_pin(r->seg);
-    f->pieces[f->npieces++] = (fpiece){r->seg, r->sec_index, r->loc, lo, hi, 0};
+    reg_pin(g);
+    f->pieces[f->npieces++] = (future_piece){g, sec_index, *loc, lo, hi};
+    return 0;
+}
+
+int future_wait_on(dstl_future *f, future_waitlist *wl, uint64_t lo, uint64_t hi)
+{
+    future_waiter *fw = malloc(sizeof *fw);
+    if (!fw) return err_fail(-ENOMEM, "persist of writer %s: out of memory", f->writer_id);
+    *fw = (future_waiter){wl->head, f, lo, hi};
+    wl->head = fw;
+    f->outstanding++;
+    pthread_mutex_lock(&f->mu);
+    f->refs++;                  /* the waiter's */
+    pthread_mutex_unlock(&f->mu);
     return 0;
 }
 
 static int piece_cmp(const void *a, const void *b)
 {
-    const fpiece *x = a, *y = b;
+    const future_piece *x = a, *y = b;
     return x->seq_first < y->seq_first ? -1 : x->seq_first > y->seq_first;
 }
 
 /* Builds the wire handle from the pieces (sorted, contiguous over [from, to)). */
 static int build_handle(dstl_future *f, wire_handle **out)
 {
-    dstl_storage *s = f->s;
+    const future_ctx *ctx = f->ctx;
     if (f->npieces > 1) qsort(f->pieces, f->npieces, sizeof *f->pieces, piece_cmp);
     wire_handle *h = calloc(1, sizeof *h);
     if (!h) return -ENOMEM;
-    h->storage_id = strdup(s->run_id);
+    h->storage_id = strdup(ctx->run_id);
     h->writer_id = strdup(f->writer_id);
-    h->remote_uri = strdup(s->cv.remote_uri);
+    h->remote_uri = strdup(ctx->remote_uri);
     h->writer_incarnation = f->writer_incarnation;
     h->checkpoint_id = f->checkpoint_id;
     h->from_seq = f->from;
@@ -106,7 +156,7 @@ static int build_handle(dstl_future *f, wire_handle **out)
     }
     uint64_t expect = f->from, whole = 0;
     for (size_t i = 0; i < f->npieces; i++) {
-        fpiece *p = &f->pieces[i];
+        future_piece *p = &f->pieces[i];
         if (p->seq_first != expect) {
             wire_handle_free(h);
             return err_fail(-EIO, "persist of writer %s: internal gap at seq %llu (piece starts at %llu)",
@@ -150,14 +200,23 @@ static void complete(dstl_future *f, int err, dstl_handle *h)
     f->err = err;
     f->handle = h;
     f->done = 1;
-    pthread_cond_broadcast(&f->cv);
+    pthread_cond_broadcast(&f->done_cv);
     pthread_mutex_unlock(&f->mu);
 }
 
-/* Ends the build with err (s->mu held). Pins are dropped on failure. */
-void future_finish(dstl_future *f, int err, const char *detail)
+/* Moves the pins into a malloc'd array for the registry (the handle's references). */
+static run_segment **pinned_segments(const dstl_future *f)
 {
-    dstl_storage *s = f->s;
+    run_segment **segs = malloc((f->npieces ? f->npieces : 1) * sizeof *segs);
+    if (segs)
+        for (size_t i = 0; i < f->npieces; i++) segs[i] = f->pieces[i].sg;
+    return segs;
+}
+
+/* Ends the future with err (s->mu held). Pins become the live handle's, or are dropped. */
+static void finish(dstl_future *f, int err, const char *detail)
+{
+    const future_ctx *ctx = f->ctx;
     char why[sizeof f->errmsg];
     snprintf(why, sizeof why, "%s", detail ? detail : dstl_last_error());
     dstl_handle *h = NULL;
@@ -171,36 +230,73 @@ void future_finish(dstl_future *f, int err, const char *detail)
     pthread_mutex_lock(&f->mu);
     int user_gone = f->user_gone;
     pthread_mutex_unlock(&f->mu);
-    if (err == 0 && user_gone) {
-        /* Nobody can ever see or discard this handle (the future was freed while pending):
-         * keep nothing for it (Flink leaked such uploads: FLINK-25511). */
-        for (size_t i = 0; i < f->npieces; i++) reg_unpin(s, f->pieces[i].sg);
-        f->npieces = 0;
-    } else if (err == 0 && (err = reg_live_add(s, h, f->pieces, f->npieces)) < 0) {
-        dstl_handle_free(h);
-        h = NULL;
+    int pins_moved = 0;
+    if (err == 0 && !user_gone) {
+        run_segment **segs = pinned_segments(f);
+        if (!segs) err = err_fail(-ENOMEM, "out of memory");
+        else if ((err = reg_live_add(ctx->reg, h->wh, segs, f->npieces)) < 0) free(segs);
+        else pins_moved = 1;
+        if (err < 0) {
+            dstl_handle_free(h);
+            h = NULL;
+        }
     }
-    if (err < 0) {
-        for (size_t i = 0; i < f->npieces; i++) reg_unpin(s, f->pieces[i].sg);
-        s->st_persist_failures++;
+    /* A future freed while pending: nobody can ever see or discard its handle, so it keeps
+     * nothing (Flink leaked such uploads: FLINK-25511). On failure the pins go too. */
+    if (!pins_moved)
+        for (size_t i = 0; i < f->npieces; i++) reg_unpin(ctx->reg, f->pieces[i].sg);
+    f->npieces = 0;
+    if (err < 0)
         snprintf(f->errmsg, sizeof f->errmsg, "persist of writer %s [%llu, %llu) checkpoint %llu: %.400s",
                  f->writer_id, (unsigned long long)f->from, (unsigned long long)f->to,
                  (unsigned long long)f->checkpoint_id, why);
-    } else {
-        histo_add(&s->persist_lat_us, (now_ns() - f->t_start_ns) / 1000);
-    }
-    f->npieces = 0;
+    metrics_persist_done(ctx->counters, err, (now_ns() - f->t_start_ns) / 1000);
     /* DURABILITY: the future completes here, after every piece's segment was acknowledged
-     * durable at the configured level (pipeline.c marks ranges durable only from the store's
-     * completion). A crash before this point loses nothing acknowledged. */
+     * durable at the configured level (the pipeline ends a section only from the store's or
+     * the upload's acknowledgement: future_section_ended). A crash before this point loses
+     * nothing acknowledged. */
     complete(f, err, h);
 }
 
-void future_complete_if_ready(dstl_future *f)
+static void complete_if_ready(dstl_future *f)
 {
-    if (f->outstanding > 0) return;
-    if (f->failed) future_finish(f, f->failed, f->errmsg[0] ? f->errmsg : NULL);
-    else future_finish(f, 0, NULL);
+    if (f->building || f->outstanding > 0) return;
+    if (f->failed) finish(f, f->failed, f->errmsg[0] ? f->errmsg : NULL);
+    else finish(f, 0, NULL);
+}
+
+static void note_failure(dstl_future *f, int err, const char *detail)
+{
+    if (f->failed) return;
+    f->failed = err;
+    snprintf(f->errmsg, sizeof f->errmsg, "%s", detail);
+}
+
+void future_build_end(dstl_future *f, int err, uint64_t size)
+{
+    f->size = size;
+    if (err < 0 && !f->failed) f->failed = err;   /* its detail is dstl_last_error's now */
+    f->building = 0;
+    complete_if_ready(f);
+}
+
+void future_section_ended(future_waitlist *wl, int res, const char *detail, run_segment *g, uint32_t sec_index,
+                          const wire_section_loc *loc)
+{
+    for (future_waiter *fw = wl->head, *next; fw; fw = next) {
+        next = fw->next;
+        dstl_future *f = fw->f;
+        if (res == 0) {
+            if (future_add_piece(f, g, sec_index, loc, fw->lo, fw->hi) < 0) note_failure(f, -ENOMEM, dstl_last_error());
+        } else {
+            note_failure(f, res, detail);
+        }
+        f->outstanding--;
+        complete_if_ready(f);
+        future_unref(f);        /* the waiter's reference */
+        free(fw);
+    }
+    wl->head = NULL;
 }
 
 /* ---- public ---- */
@@ -210,7 +306,7 @@ int dstl_future_wait(dstl_future *f, int64_t timeout_ms)
     if (!f) return err_fail(-EINVAL, "dstl_future_wait: future is NULL");
     pthread_mutex_lock(&f->mu);
     if (timeout_ms < 0) {
-        while (!f->done) pthread_cond_wait(&f->cv, &f->mu);
+        while (!f->done) pthread_cond_wait(&f->done_cv, &f->mu);
     } else if (!f->done) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -220,7 +316,7 @@ int dstl_future_wait(dstl_future *f, int64_t timeout_ms)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000;
         }
-        while (!f->done && pthread_cond_timedwait(&f->cv, &f->mu, &ts) == 0) {
+        while (!f->done && pthread_cond_timedwait(&f->done_cv, &f->mu, &ts) == 0) {
         }
     }
     int done = f->done;

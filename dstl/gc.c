@@ -29,7 +29,8 @@
 #include <time.h>
 
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/handle.h"
+#include "dstl/storage.h"
 #include "dstl/local/segstore.h"
 
 /* What gc learned of another run: whether it is alive, and whether it keeps files. */
@@ -88,7 +89,7 @@ static int in_use(dstl_storage *s, const char *name)
     uint64_t no;
     if (segment_name_parse(name, run, sizeof run, &no) < 0 || strcmp(run, s->run_id) != 0) return 0;
     pthread_mutex_lock(&s->mu);
-    int used = no >= s->next_seg_no ? 2 : u64map_get(&s->segs, no) != NULL;
+    int used = no >= s->locked.reg.next_seg_no ? 2 : u64map_get(&s->locked.reg.segs, no) != NULL;
     pthread_mutex_unlock(&s->mu);
     return used;
 }
@@ -232,7 +233,7 @@ static int sweep_uploads(gc_ctx *g, s3_client *cli, const s3_list *l)
  * Date, every lease counts as fresh. */
 static int lease_fresh(const gc_ctx *g, const s3_list *l, const s3_object_info *o, uint64_t timeout_ms)
 {
-    uint64_t t = timeout_ms > g->s->cv.lease_timeout_ms ? timeout_ms : g->s->cv.lease_timeout_ms;
+    uint64_t t = timeout_ms > g->s->conf.lease_timeout_ms ? timeout_ms : g->s->conf.lease_timeout_ms;
     if (l->server_date_ms <= 0 || o->last_modified_ms <= 0) return 1;
     return l->server_date_ms - o->last_modified_ms <= (int64_t)t;
 }
@@ -287,7 +288,7 @@ static int sweep_remote(gc_ctx *g)
 {
     const remote_loc *loc = &g->s->remote;
     s3_client *cli = NULL;
-    int rc = remote_client_new(&g->s->cv, &cli);
+    int rc = remote_client_new(&g->s->conf, &cli);
     if (rc < 0) return err_fail(rc, "dstl_gc s3://%s/%s: %s", loc->bucket, loc->prefix, dstl_last_error());
     char prefix[520];
     remote_list_prefix(loc, prefix, sizeof prefix);
@@ -367,10 +368,10 @@ int dstl_gc(dstl_storage *s, const dstl_handle *const *live, size_t n_live, uint
     qsort(g.live, g.nlive, sizeof *g.live, cmp_str);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    g.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->test_wall_skew_ms;
+    g.now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + s->seams.wall_clock_skew_ms;
     int rc = segstore_list(s->local_dir, visit, &g);    /* the number listed, or < 0 */
     if (rc < 0 && !g.err) rc = err_fail(rc, "dstl_gc %s: %s", s->local_dir, dstl_last_error());
-    if (rc >= 0) rc = s->s3 ? sweep_remote(&g) : 0;
+    if (rc >= 0) rc = s->loop.s3 ? sweep_remote(&g) : 0;
     if (rc >= 0 && !dry_run) rc = forget_dead_runs(&g);
     free(g.live);
     free(g.runs);

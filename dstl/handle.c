@@ -4,52 +4,29 @@
  * Handles are immutable after creation and safe to share between threads. Their bytes are
  * wire's handle format (wire/FORMAT.md); parse validates fully. A handle's identity —
  * (storage run, writer, writer incarnation, checkpoint, from, to) — is what
- * dstl_handle_discard matches, so a handle parsed back from bytes discards the same references
- * as the one persist returned. The incarnation (which dstl_writer_open of the writer id in the
- * run) keeps a reopened writer, whose seqs restart at 0, from producing a handle equal to one
- * of its earlier opening: reg_live_add would take it for a repeat and drop its pins. Handles
- * from before the field have incarnation 0, which no writer of a run gets (they count from 1).
+ * dstl_handle_discard matches (the registry computes it: reg_handle_ident), so a handle parsed
+ * back from bytes discards the same references as the one persist returned. The incarnation
+ * (which dstl_writer_open of the writer id in the run) keeps a reopened writer, whose seqs
+ * restart at 0, from producing a handle equal to one of its earlier opening: the registry
+ * would take it for a repeat and drop its pins. Handles from before the field have
+ * incarnation 0, which no writer of a run gets (they count from 1).
  *
  * Segment names: "<run id>-<segment no, 12 decimal digits>.seg", unique per storage run;
  * the run id is 16 random hex digits chosen at dstl_storage_open.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/internal.h"
-
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 0x100000001b3ull;
-    }
-    return h;
-}
-
-uint64_t handle_ident(const wire_handle *wh, char **key)
-{
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf, "%s\x1f%s\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64,
-                     wh->storage_id, wh->writer_id, wh->writer_incarnation, wh->checkpoint_id, wh->from_seq,
-                     wh->to_seq);
-    if (n < 0) n = 0;
-    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
-    if (key) *key = strdup(buf);
-    return fnv1a(0xcbf29ce484222325ull, buf, (size_t)n);
-}
+#include "dstl/handle.h"
 
 dstl_handle *handle_wrap(wire_handle *wh)
 {
     dstl_handle *h = malloc(sizeof *h);
     if (!h) return NULL;
     h->wh = wh;
-    h->ident = handle_ident(wh, NULL);
     return h;
 }
 
@@ -100,17 +77,12 @@ uint64_t dstl_handle_from_seq(const dstl_handle *h) { return h->wh->from_seq; }
 uint64_t dstl_handle_to_seq(const dstl_handle *h) { return h->wh->to_seq; }
 uint64_t dstl_handle_size(const dstl_handle *h) { return h->wh->size; }
 
-int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
-{
-    if (!s || !h) return err_fail(-EINVAL, "dstl_handle_discard: NULL argument");
-    pthread_mutex_lock(&s->mu);
-    int rc = reg_live_discard(s, h);
-    pthread_mutex_unlock(&s->mu);
-    pipeline_wake(s);
-    return rc;
-}
-
 /* ---- segment names ---- */
+
+void segment_name_format(const char *run_id, uint64_t no, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s-%012llu.seg", run_id, (unsigned long long)no);
+}
 
 int segment_name_parse(const char *name, char *run_id, size_t cap, uint64_t *no)
 {

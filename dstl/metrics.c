@@ -7,7 +7,8 @@
  * uploadQueueSize -> dstl_queue_size), plus what Flink lacks: remote requests, retries,
  * hedges and bytes per storage — the inputs of the object-store bill.
  *
- * dstl_storage_metrics() may be called from any thread (it snapshots under s->mu). With
+ * dstl_storage_stats() and dstl_storage_metrics() may be called from any thread (they
+ * snapshot under s->mu; the readers' counters are atomics). With
  * dstl.metrics.file set, the pipeline thread rewrites that file every second (write to a
  * temporary file, rename), the layout node_exporter's textfile collector reads.
  */
@@ -19,7 +20,9 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/metrics.h"
+#include "dstl/storage.h"
+#include "dstl/writer.h"
 
 typedef struct {
     char *buf;
@@ -89,7 +92,49 @@ static void histogram(sbuf *b, const char *name, const char *help, const histo *
         (double)sum_est * scale, name, (unsigned long long)total);
 }
 
-int metrics_format(dstl_storage *s, char **text)
+int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
+{
+    if (!s || !out) return err_fail(-EINVAL, "dstl_storage_stats: NULL argument");
+    dstl_stats st = {0};
+    pthread_mutex_lock(&s->mu);
+    st.appends = s->locked.stats.appends_closed;
+    st.append_bytes = s->locked.stats.append_bytes_closed;
+    for (dstl_writer *w = s->locked.writers; w; w = w->next_open) {
+        st.appends += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
+        st.append_bytes += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
+    }
+    st.persists = s->locked.stats.persists;
+    st.persist_failures = s->locked.stats.persist_failures;
+    st.segments_written = s->locked.stats.segments;
+    st.segment_bytes = s->locked.stats.segment_bytes;
+    st.segments_deleted = s->locked.stats.segments_deleted;
+    st.in_flight_bytes = s->locked.pipe.in_flight_bytes;
+    st.queued_persists = s->locked.pipe.q_waiting;
+    st.persist_p50_us = histo_quantile(&s->locked.stats.persist_lat_us, 0.50);
+    st.persist_p99_us = histo_quantile(&s->locked.stats.persist_lat_us, 0.99);
+    st.persist_max_us = s->locked.stats.persist_lat_us.max;
+    st.remote_requests = s->locked.stats.remote_requests;
+    st.remote_retries = s->locked.stats.remote_retries;
+    st.remote_failures = s->locked.stats.remote_failures;
+    st.hedged_attempts = s->locked.stats.hedged;
+    st.remote_bytes_written = s->locked.stats.remote_bytes_written;
+    pthread_mutex_unlock(&s->mu);
+    /* the readers' counters: atomics, no lock */
+    const reader_counters *rd = &s->rd;
+    st.remote_requests += atomic_load_explicit(&rd->requests, memory_order_relaxed);
+    st.remote_retries += atomic_load_explicit(&rd->retries, memory_order_relaxed);
+    st.hedged_attempts += atomic_load_explicit(&rd->hedges, memory_order_relaxed);
+    st.remote_failures += atomic_load_explicit(&rd->failures, memory_order_relaxed);
+    st.remote_bytes_read += atomic_load_explicit(&rd->bytes, memory_order_relaxed);
+    st.cache_hits = atomic_load_explicit(&rd->cache_hits, memory_order_relaxed);
+    st.cache_misses = atomic_load_explicit(&rd->cache_misses, memory_order_relaxed);
+    st.local_read_fallbacks = atomic_load_explicit(&rd->local_fallbacks, memory_order_relaxed);
+    *out = st;
+    return 0;
+}
+
+
+static int metrics_format(dstl_storage *s, char **text)
 {
     static const double lat_us[] = {1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7};
     static const double writers[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
@@ -100,10 +145,10 @@ int metrics_format(dstl_storage *s, char **text)
     histo *copy = malloc(4 * sizeof *copy);
     if (!copy) return err_fail(-ENOMEM, "metrics: out of memory");
     pthread_mutex_lock(&s->mu);
-    copy[0] = s->persist_lat_us;
-    copy[1] = s->upload_lat_us;
-    copy[2] = s->batch_writers;
-    copy[3] = s->segment_bytes;
+    copy[0] = s->locked.stats.persist_lat_us;
+    copy[1] = s->locked.stats.upload_lat_us;
+    copy[2] = s->locked.stats.batch_writers;
+    copy[3] = s->locked.stats.segment_size;
     pthread_mutex_unlock(&s->mu);
 
     sbuf b = {0};
@@ -153,7 +198,7 @@ int dstl_storage_metrics(dstl_storage *s, char **text)
 
 void metrics_write_file(dstl_storage *s)
 {
-    const char *path = s->cv.metrics_file;
+    const char *path = s->conf.metrics_file;
     if (!*path) return;
     char *text = NULL;
     if (metrics_format(s, &text) < 0) return;

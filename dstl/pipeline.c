@@ -29,9 +29,17 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "dstl/clock.h"
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/future.h"
+#include "dstl/handle.h"
 #include "dstl/local/segstore.h"
+#include "dstl/metrics.h"
+#include "dstl/pipeline.h"
+#include "dstl/registry.h"
+#include "dstl/remote/remote.h"
+#include "dstl/storage.h"
+#include "s3/s3.h"
 
 /* Names reserved ahead of the segment being built, so a flush does not wait for a
  * directory fsync. Reservations are made in groups (one shared directory fsync per group)
@@ -65,11 +73,11 @@
 typedef struct batch {
     dstl_storage *s;
     struct batch *next_inflight;
-    bsec *head, **tail;
+    pipeline_section *head, **tail;
     size_t n;
     uint64_t bytes;
     uint64_t opened_ns;
-    seg *g;
+    run_segment *g;
     wire_segment_out out;
     int pending_io;             /* copies still being written */
     int local_done, remote_done;
@@ -80,7 +88,7 @@ typedef struct batch {
     struct s3_op *op;           /* the upload, while it runs */
     char name[64];              /* the segment's name (the seg may be gone when it failed) */
     uint64_t reserve;           /* its ranges' encoding reserves, still charged (until encoded) */
-    size_t counted_buf;         /* bytes of the encoded buffer counted in s->in_flight_bytes */
+    size_t counted_buf;         /* bytes of the encoded buffer counted in s->locked.pipe.in_flight_bytes */
     struct loop_state *ls;      /* the pipeline's (the segment buffer comes from its pool) */
     int deferred;               /* the last flush waited for room (flush_need is its need) */
     int await_lease;            /* its upload waits for the run's first lease */
@@ -188,7 +196,7 @@ void pipeline_wake(dstl_storage *s)
 
 int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
 {
-    bsec *b = calloc(1, sizeof *b);
+    pipeline_section *b = calloc(1, sizeof *b);
     if (!b) return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
     b->w = w;
     b->r = r;
@@ -197,10 +205,10 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
     w->inflight_ranges++;
     r->enc_reserve = pipeline_enc_reserve(s, r->rec_bytes);
     b->t_enq_ns = now_ns();
-    *s->q_tail = b;
-    s->q_tail = &b->next;
-    s->q_len++;
-    s->q_waiting++;
+    *s->locked.pipe.q_tail = b;
+    s->locked.pipe.q_tail = &b->next;
+    s->locked.pipe.q_len++;
+    s->locked.pipe.q_waiting++;
     return 0;
 }
 
@@ -208,12 +216,7 @@ uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes)
 {
     /* Re-framed records are never larger than their pending form (a varint seq gap and length,
      * at most 6 bytes below 2 M records and 2 MiB, against an 8-byte header and padding). */
-    return rec_bytes + SECTION_RESERVE_BYTES + (s->cv.compression != CFG_COMP_NONE ? rec_bytes : 0);
-}
-
-static void seg_name(const dstl_storage *s, uint64_t no, char *buf, size_t cap)
-{
-    snprintf(buf, cap, "%s-%012llu.seg", s->run_id, (unsigned long long)no);
+    return rec_bytes + SECTION_RESERVE_BYTES + (s->conf.compression != CFG_COMP_NONE ? rec_bytes : 0);
 }
 
 /* ---- completion ---- */
@@ -226,8 +229,15 @@ static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
     if (prev) prev->next = r->next;
     else w->ranges = r->next;
     if (w->ranges_tail == r) w->ranges_tail = prev;
-    if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+    if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
     range_free(r);
+}
+
+void range_free(range *r)
+{
+    if (!r) return;
+    free(r->spans);
+    free(r);
 }
 
 static void batch_free(batch *b)
@@ -235,11 +245,11 @@ static void batch_free(batch *b)
     if (b->counted_buf) {
         dstl_storage *s = b->s;
         pthread_mutex_lock(&s->mu);
-        s->in_flight_bytes -= b->counted_buf;
+        s->locked.pipe.in_flight_bytes -= b->counted_buf;
         pthread_cond_broadcast(&s->room_cv);
         pthread_mutex_unlock(&s->mu);
     }
-    for (bsec *x = b->head, *next; x; x = next) {
+    for (pipeline_section *x = b->head, *next; x; x = next) {
         next = x->next;
         free(x);
     }
@@ -247,36 +257,41 @@ static void batch_free(batch *b)
     free(b);
 }
 
-/* Ends a batch: res 0 = its segment is durable. s->mu held. */
+/* Ends a batch: res 0 = its segment is durable. s->mu held.
+ * DURABILITY: acknowledgements are released here. With res 0 the segment is on stable storage
+ * at the configured level — local: written, fdatasync'ed and its directory entry fsync'ed
+ * (on_written); remote: the upload acknowledged by S3 while the run's lease was valid
+ * (batch_progress) — so every future waiting on its sections may complete. A crash before
+ * this point leaves at most an unreferenced file or object that dstl gc removes; one after it
+ * loses nothing a completed future points at. */
 static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
 {
-    seg *g = b->g;
+    run_segment *g = b->g;
     b->ended = 1;
     b->end_res = res;
     if (res == 0) {
         g->durable = 1;
         g->has_local = b->local_done && b->local_res == 0;
         g->has_remote = b->remote_done && b->remote_res == 0;
-        s->st_segments++;
-        s->st_segment_bytes += b->out.len;
+        s->locked.stats.segments++;
+        s->locked.stats.segment_bytes += b->out.len;
     } else if (g) {
         /* Never durable, never referenced: forget it. Its file, if any is left (a fail-stop
          * store keeps what it has), is an orphan for dstl gc. */
-        u64map_del(&s->segs, g->no);
-        free(g);
+        reg_forget(&s->locked.reg, g);
         g = b->g = NULL;
-        if (res == -EIO) s->store_err = res;
+        if (res == -EIO) s->locked.store_err = res;
     }
-    s->in_flight_bytes -= b->bytes + b->reserve;    /* records; a reserve never encoded */
+    s->locked.pipe.in_flight_bytes -= b->bytes + b->reserve;    /* records; a reserve never encoded */
     b->reserve = 0;
     if (b->pending_io == 0) {
         /* Both copies are done, so the encoded buffer is free too: release it with the records,
          * before any future sees its completion (a caller that waited for its persist finds the
          * room it left). An upload still running keeps it counted until batch_free. */
-        s->in_flight_bytes -= b->counted_buf;
+        s->locked.pipe.in_flight_bytes -= b->counted_buf;
         b->counted_buf = 0;
     }
-    for (bsec *x = b->head; x; x = x->next) {
+    for (pipeline_section *x = b->head; x; x = x->next) {
         range *r = x->r;
         dstl_writer *w = x->w;
         r->sec = NULL;
@@ -288,29 +303,11 @@ static void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             free(r->spans);            /* durable: reads go to the segment from now on */
             r->spans = NULL;
             r->nspans = 0;
-            g->section_refs++;
+            reg_section_add(g);
         } else {
             r->state = RANGE_FAILED;
         }
-        for (fwait *fw = x->waiters, *next; fw; fw = next) {
-            next = fw->next;
-            dstl_future *f = fw->f;
-            if (res == 0) {
-                int rc = future_add_piece(f, r, fw->lo, fw->hi);
-                if (rc < 0 && !f->failed) {
-                    f->failed = rc;
-                    snprintf(f->errmsg, sizeof f->errmsg, "%s", dstl_last_error());
-                }
-            } else if (!f->failed) {
-                f->failed = res;
-                snprintf(f->errmsg, sizeof f->errmsg, "%s", detail);
-            }
-            f->outstanding--;
-            future_complete_if_ready(f);
-            future_unref(f);           /* the waiter's reference */
-            free(fw);
-        }
-        x->waiters = NULL;
+        future_section_ended(&x->waiters, res, detail, g, x->index, res == 0 ? &r->loc : NULL);
         w->inflight_ranges--;
         if (r->truncated) drop_truncated(s, w, r);
     }
@@ -325,7 +322,7 @@ static int lease_check(struct loop_state *ls, uint64_t now, char *why, size_t ca
 static void batch_progress(dstl_storage *s, batch *b)
 {
     if (!b->ended) {
-        int remote = s->s3 != NULL, durable_remote = s->cv.durability == CFG_DURABILITY_REMOTE;
+        int remote = s->loop.s3 != NULL, durable_remote = s->conf.durability == CFG_DURABILITY_REMOTE;
         int res = 0, decided = 0;
         const char *why = NULL;
         if (!durable_remote && b->local_done) {
@@ -358,8 +355,8 @@ static void on_written(void *ctx, int res, const char *detail)
     if (res < 0) snprintf(b->local_err, sizeof b->local_err, "%s", detail && *detail ? detail : dstl_strerror(res));
     if (res == -EIO) {
         pthread_mutex_lock(&b->s->mu);
-        if (!b->s->store_err) snprintf(b->s->store_err_msg, sizeof b->s->store_err_msg, "%s", b->local_err);
-        b->s->store_err = res;
+        if (!b->s->locked.store_err) snprintf(b->s->locked.store_err_msg, sizeof b->s->locked.store_err_msg, "%s", b->local_err);
+        b->s->locked.store_err = res;
         pthread_mutex_unlock(&b->s->mu);
     }
     b->pending_io--;
@@ -374,10 +371,10 @@ static void on_uploaded(void *ctx, const s3_result *r)
     b->remote_done = 1;
     if (r->err == 0) {
         pthread_mutex_lock(&s->mu);
-        histo_add(&s->upload_lat_us, (now_ns() - b->flushed_ns) / 1000);
+        histo_add(&s->locked.stats.upload_lat_us, (now_ns() - b->flushed_ns) / 1000);
         pthread_mutex_unlock(&s->mu);
     }
-    /* One code for "the remote store failed after every attempt" (API.md); the detail keeps
+    /* One code for "the remote store failed after every attempt" (include/dstl.h); the detail keeps
      * the cause (refused, timed out, 503 SlowDown, cancelled at the bound, ...). */
     b->remote_res = r->err == 0 ? 0 : r->err == -ENOMEM ? -ENOMEM : DSTL_EREMOTE;
     pthread_mutex_lock(&s->mu);
@@ -395,7 +392,7 @@ static void on_uploaded(void *ctx, const s3_result *r)
                      s->remote.bucket, b->key);
         else snprintf(b->remote_err, sizeof b->remote_err, "%s", r->error);
         pthread_mutex_lock(&s->mu);
-        s->st_remote_failures++;
+        s->locked.stats.remote_failures++;
         pthread_mutex_unlock(&s->mu);
     }
     b->pending_io--;
@@ -433,7 +430,7 @@ static void reap_batches(loop_state *ls)
             /* The local copy failed (durability local) but the object landed: nothing refers
              * to it; delete it now rather than leave it to dstl gc. */
             char *key = strdup(b->key);
-            if (key && s3_delete_object(s->s3, s->remote.bucket, key, NULL, on_orphan_deleted, key) < 0) free(key);
+            if (key && s3_delete_object(s->loop.s3, s->remote.bucket, key, NULL, on_orphan_deleted, key) < 0) free(key);
         }
         batch_free(b);
     }
@@ -456,18 +453,18 @@ static void *seg_alloc(void *ctx, size_t len)
     size_t cap = buf ? buf->cap : (len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
     pthread_mutex_lock(&s->mu);
     uint64_t extra = cap > b->reserve ? cap - b->reserve : 0;
-    if (extra && s->in_flight_bytes + extra > s->cv.max_in_flight_bytes && ls->inflight_list) {
-        s->flush_need = extra;
+    if (extra && s->locked.pipe.in_flight_bytes + extra > s->conf.max_in_flight_bytes && ls->inflight_list) {
+        s->locked.pipe.flush_need = extra;
         b->deferred = 1;
         pthread_mutex_unlock(&s->mu);
         pool_put(&ls->pool, buf ? buf + 1 : NULL);
         return NULL;
     }
-    s->in_flight_bytes = s->in_flight_bytes + cap - b->reserve;
+    s->locked.pipe.in_flight_bytes = s->locked.pipe.in_flight_bytes + cap - b->reserve;
     b->reserve = 0;
     b->counted_buf = cap;
     b->deferred = 0;
-    s->flush_need = 0;
+    s->locked.pipe.flush_need = 0;
     pthread_cond_broadcast(&s->room_cv);
     pthread_mutex_unlock(&s->mu);
     if (!buf && (buf = malloc(sizeof *buf + cap))) buf->cap = cap;
@@ -485,7 +482,7 @@ static int flush_waits(const loop_state *ls)
 {
     const dstl_storage *s = ls->s;
     return ls->open && ls->open->deferred && ls->inflight_list &&
-           s->in_flight_bytes + s->flush_need > s->cv.max_in_flight_bytes;
+           s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need > s->conf.max_in_flight_bytes;
 }
 
 /* The remote copy of b will not be made: the batch sees it as failed with code and why. */
@@ -510,11 +507,11 @@ static void upload_start(loop_state *ls, batch *b)
      * (PUT, or CompleteMultipartUpload for large segments: s3_upload) and the run's lease is
      * still valid then; a crash before leaves at most an incomplete upload or an unreferenced
      * object, which dstl gc removes once the run's lease is stale. */
-    s3_upload_opts uo = {.part_size = s->cv.upload_part_size_bytes,
-                         .multipart_threshold = s->cv.upload_multipart_threshold_bytes, .if_none_match = true};
+    s3_upload_opts uo = {.part_size = s->conf.upload_part_size_bytes,
+                         .multipart_threshold = s->conf.upload_multipart_threshold_bytes, .if_none_match = true};
     int rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
-    if (rc == 0 && s->test_upload_err) rc = s->test_upload_err;
-    if (rc == 0) rc = s3_upload(s->s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op, on_uploaded, b);
+    if (rc == 0 && s->seams.fail_upload_start) rc = s->seams.fail_upload_start;
+    if (rc == 0) rc = s3_upload(s->loop.s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op, on_uploaded, b);
     if (rc < 0) {
         char why[800];
         snprintf(why, sizeof why, "upload s3://%.63s/%.300s: %.100s", s->remote.bucket, b->key, dstl_strerror(rc));
@@ -534,11 +531,11 @@ static int lease_check(struct loop_state *ls, uint64_t now, char *why, size_t ca
     dstl_storage *s = ls->s;
     lease_state *l = &ls->lease;
     if (!l->ok_ns) return -EAGAIN;
-    uint64_t age_ms = (now - l->ok_ns) / 1000000, t = s->cv.lease_timeout_ms, r = s->cv.lease_refresh_ms;
+    uint64_t age_ms = (now - l->ok_ns) / 1000000, t = s->conf.lease_timeout_ms, r = s->conf.lease_refresh_ms;
     if (age_ms > t) l->lapsed = 1;
     if (!l->lapsed && age_ms <= t - 2 * r) return 0;
     snprintf(why, cap, "the run's lease s3://%.63s/%.300s was last refreshed %llu ms ago (%s%.200s): %s", s->remote.bucket,
-             s->lease_key, (unsigned long long)age_ms, l->err[0] ? "last attempt: " : "", l->err,
+             s->loop.lease_key, (unsigned long long)age_ms, l->err[0] ? "last attempt: " : "", l->err,
              l->lapsed ? "past dstl.remote.lease-timeout another machine's gc may have taken this run for dead; "
                          "persists stay fenced: reopen the storage"
                        : "persists are fenced until a refresh succeeds (dstl.remote.lease-timeout - 2 x "
@@ -557,14 +554,14 @@ static void on_lease_put(void *ctx, const s3_result *r)
     if (r->err == 0) {
         /* A write sent after the last one had gone stale comes too late: gc elsewhere may
          * have taken the run for dead meanwhile (fenced for good: lease_check). */
-        if (l->ok_ns && (l->sent_ns - l->ok_ns) / 1000000 > s->cv.lease_timeout_ms) l->lapsed = 1;
+        if (l->ok_ns && (l->sent_ns - l->ok_ns) / 1000000 > s->conf.lease_timeout_ms) l->lapsed = 1;
         /* Valid from when it was sent: the server's LastModified can only be later. */
         l->ok_ns = l->sent_ns;
         l->err[0] = '\0';
-        l->next_ns = l->sent_ns + s->cv.lease_refresh_ms * 1000000ull;
+        l->next_ns = l->sent_ns + s->conf.lease_refresh_ms * 1000000ull;
     } else {
         snprintf(l->err, sizeof l->err, "%.500s", r->error);
-        uint64_t retry = s->cv.lease_refresh_ms / 4 * 1000000ull;
+        uint64_t retry = s->conf.lease_refresh_ms / 4 * 1000000ull;
         l->next_ns = now + (retry < LEASE_RETRY_MIN_NS ? LEASE_RETRY_MIN_NS : retry);
     }
     /* The batches that waited for the first lease: their uploads go now, or fail. */
@@ -575,7 +572,7 @@ static void on_lease_put(void *ctx, const s3_result *r)
         } else {
             char why[900];
             snprintf(why, sizeof why, "the run's lease s3://%.63s/%.300s could not be written: %.400s",
-                     s->remote.bucket, s->lease_key, r->error);
+                     s->remote.bucket, s->loop.lease_key, r->error);
             remote_fail(b, DSTL_EREMOTE, why);
         }
         batch_progress(s, b);
@@ -588,27 +585,27 @@ static void lease_start(loop_state *ls)
     dstl_storage *s = ls->s;
     lease_state *l = &ls->lease;
     if (l->op) return;
-    if (!s->lease_key[0]) {
-        if (remote_lease_key(&s->remote, s->run_id, s->cv.lease_timeout_ms, s->lease_key, sizeof s->lease_key) < 0) {
+    if (!s->loop.lease_key[0]) {
+        if (remote_lease_key(&s->remote, s->run_id, s->conf.lease_timeout_ms, s->loop.lease_key, sizeof s->loop.lease_key) < 0) {
             snprintf(l->err, sizeof l->err, "lease key under s3://%.63s/%.300s: too long", s->remote.bucket,
                      s->remote.prefix);
-            s->lease_key[0] = '\0';
+            s->loop.lease_key[0] = '\0';
             return;
         }
         char host[128] = "";
         gethostname(host, sizeof host - 1);
         int n = snprintf(l->body, sizeof l->body, "dstl lease\nrun %s\nhost %.100s\npid %ld\nrefresh_ms %llu\n"
                          "timeout_ms %llu\n", s->run_id, host, (long)getpid(),
-                         (unsigned long long)s->cv.lease_refresh_ms, (unsigned long long)s->cv.lease_timeout_ms);
+                         (unsigned long long)s->conf.lease_refresh_ms, (unsigned long long)s->conf.lease_timeout_ms);
         l->len = n > 0 && (size_t)n < sizeof l->body ? (size_t)n : 0;
     }
     l->sent_ns = now_ns();
-    s->lease_tried = 1;
-    int rc = s3_put_object(s->s3, s->remote.bucket, s->lease_key, l->body, l->len, false, &l->op, on_lease_put, ls);
+    s->loop.lease_tried = 1;
+    int rc = s3_put_object(s->loop.s3, s->remote.bucket, s->loop.lease_key, l->body, l->len, false, &l->op, on_lease_put, ls);
     if (rc < 0) {
         s3_result r = {.err = rc};
         snprintf(r.error, sizeof r.error, "PUT s3://%.63s/%.300s could not start: %.100s", s->remote.bucket,
-                 s->lease_key, dstl_strerror(rc));
+                 s->loop.lease_key, dstl_strerror(rc));
         on_lease_put(ls, &r);
     }
 }
@@ -623,12 +620,12 @@ static void flush(loop_state *ls)
 
     wire_section_in *in = calloc(b->n, sizeof *in);
     pthread_mutex_lock(&s->mu);
-    if (!b->g) b->g = reg_new_segment(s);
+    if (!b->g) b->g = reg_new_segment(&s->locked.reg);
     pthread_mutex_unlock(&s->mu);
     if (!in || !b->g) {
         free(in);
         pthread_mutex_lock(&s->mu);
-        s->q_waiting -= b->n;
+        s->locked.pipe.q_waiting -= b->n;
         batch_end(s, b, -ENOMEM, "out of memory building a segment");
         pthread_mutex_unlock(&s->mu);
         batch_free(b);
@@ -636,13 +633,13 @@ static void flush(loop_state *ls)
     }
     /* A range's fields are fixed while it is in flight: the writer only reads them. */
     uint32_t i = 0;
-    for (bsec *x = b->head; x; x = x->next, i++) {
+    for (pipeline_section *x = b->head; x; x = x->next, i++) {
         x->index = i;
         in[i] = (wire_section_in){x->w->id, x->r->seq_first, x->r->seq_end - x->r->seq_first,
                                   x->r->spans, x->r->nspans};
     }
     wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
-                       .compression = s->cv.compression, .alloc = seg_alloc, .release = seg_release,
+                       .compression = s->conf.compression, .alloc = seg_alloc, .release = seg_release,
                        .alloc_ctx = b};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -655,7 +652,7 @@ static void flush(loop_state *ls)
         return;
     }
     pthread_mutex_lock(&s->mu);
-    s->q_waiting -= b->n;             /* written now (or failed): no longer waiting for a batch */
+    s->locked.pipe.q_waiting -= b->n;             /* written now (or failed): no longer waiting for a batch */
     pthread_mutex_unlock(&s->mu);
     if (rc == 0) {
         /* The encoded copy now counts against dstl.upload.max-in-flight (seg_alloc) as well
@@ -668,13 +665,13 @@ static void flush(loop_state *ls)
         snprintf(b->name, sizeof b->name, "%s", b->g->name);
         b->flushed_ns = now_ns();
         pthread_mutex_lock(&s->mu);
-        histo_add(&s->batch_writers, b->n);
-        histo_add(&s->segment_bytes, b->out.len);
+        histo_add(&s->locked.stats.batch_writers, b->n);
+        histo_add(&s->locked.stats.segment_size, b->out.len);
         pthread_mutex_unlock(&s->mu);
-        b->g->uploading = s->s3 != NULL;
+        b->g->uploading = s->loop.s3 != NULL;
         b->next_inflight = ls->inflight_list;
         ls->inflight_list = b;
-        b->pending_io = 1 + (s->s3 != NULL);
+        b->pending_io = 1 + (s->loop.s3 != NULL);
         /* DURABILITY: nothing is durable yet; on_written runs once the store has written,
          * fdatasync'ed and directory-synced the segment (segstore.h). */
         rc = segstore_write(s->store, b->g->name, b->out.buf, b->out.len, on_written, b);
@@ -684,7 +681,7 @@ static void flush(loop_state *ls)
             snprintf(b->local_err, sizeof b->local_err, "%s", dstl_last_error());
             b->pending_io--;
         }
-        if (s->s3) {
+        if (s->loop.s3) {
             char why[600];
             int lrc = lease_check(ls, now_ns(), why, sizeof why);
             if (lrc == -EAGAIN) {
@@ -713,13 +710,13 @@ static void reserve_ahead(loop_state *ls)
 {
     dstl_storage *s = ls->s;
     pthread_mutex_lock(&s->mu);
-    uint64_t next = s->next_seg_no;
+    uint64_t next = s->locked.reg.next_seg_no;
     pthread_mutex_unlock(&s->mu);
     if (ls->reserved_upto < next) ls->reserved_upto = next;
     if (ls->reserved_upto >= next + RESERVE_LOW) return;
     while (ls->reserved_upto < next + RESERVE_HIGH) {
         char name[64];
-        seg_name(s, ls->reserved_upto, name, sizeof name);
+        segment_name_format(s->run_id, ls->reserved_upto, name, sizeof name);
         if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */
         ls->reserved_upto++;
     }
@@ -737,7 +734,7 @@ static void on_remote_deleted(void *ctx, const s3_result *r)
     if (r->err) {
         /* The objects stay as orphans that dstl gc removes; nothing refers to them. */
         pthread_mutex_lock(&d->s->mu);
-        d->s->st_remote_failures++;
+        d->s->locked.stats.remote_failures++;
         pthread_mutex_unlock(&d->s->mu);
     }
     for (size_t i = 0; i < d->n; i++) free(d->keys[i]);
@@ -751,12 +748,12 @@ static void on_remote_deleted(void *ctx, const s3_result *r)
 static void run_deletes(dstl_storage *s)
 {
     pthread_mutex_lock(&s->mu);
-    seg *list = s->delete_head, *later = NULL;
-    s->delete_head = NULL;
+    run_segment *list = s->locked.reg.delete_head, *later = NULL;
+    s->locked.reg.delete_head = NULL;
     pthread_mutex_unlock(&s->mu);
     remote_delete *d = NULL;
     while (list) {
-        seg *g = list;
+        run_segment *g = list;
         list = g->next_delete;
         if (g->uploading) {
             g->next_delete = later;
@@ -775,21 +772,20 @@ static void run_deletes(dstl_storage *s)
             }
         }
         pthread_mutex_lock(&s->mu);
-        if (rc == 0 || rc == -ENOENT) s->st_segments_deleted++;
-        u64map_del(&s->segs, g->no);
+        if (rc == 0 || rc == -ENOENT) s->locked.stats.segments_deleted++;
+        reg_deleted(&s->locked.reg, g);
         pthread_mutex_unlock(&s->mu);
-        free(g);
     }
     if (later) {
         pthread_mutex_lock(&s->mu);
-        for (seg *g = later, *next; g; g = next) {
+        for (run_segment *g = later, *next; g; g = next) {
             next = g->next_delete;
-            g->next_delete = s->delete_head;
-            s->delete_head = g;
+            g->next_delete = s->locked.reg.delete_head;
+            s->locked.reg.delete_head = g;
         }
         pthread_mutex_unlock(&s->mu);
     }
-    if (d && d->n && s3_delete_objects(s->s3, s->remote.bucket, (const char *const *)d->keys, d->n, NULL,
+    if (d && d->n && s3_delete_objects(s->loop.s3, s->remote.bucket, (const char *const *)d->keys, d->n, NULL,
                                        on_remote_deleted, d) == 0)
         return;
     if (d) {
@@ -804,11 +800,11 @@ static int64_t next_remote_deadline_ms(const loop_state *ls)
     uint64_t next = UINT64_MAX, now = now_ns();
     for (const batch *b = ls->inflight_list; b; b = b->next_inflight)
         if (b->op && b->remote_deadline_ns < next) next = b->remote_deadline_ns;
-    if (ls->open && ls->s->cv.durability == CFG_DURABILITY_REMOTE && ls->open->remote_deadline_ns &&
+    if (ls->open && ls->s->conf.durability == CFG_DURABILITY_REMOTE && ls->open->remote_deadline_ns &&
         ls->open->remote_deadline_ns < next)
         next = ls->open->remote_deadline_ns;
     if (ls->lease.sent_ns && !ls->lease.op && ls->lease.next_ns < next) next = ls->lease.next_ns;
-    uint64_t lease_due = ls->lease.sent_ns + (ls->s->cv.upload_max_attempts * ls->s->cv.upload_timeout_ms +
+    uint64_t lease_due = ls->lease.sent_ns + (ls->s->conf.upload_max_attempts * ls->s->conf.upload_timeout_ms +
                                               REMOTE_SLACK_MS) * 1000000ull;
     if (ls->lease.op && !ls->lease.cancelled && lease_due < next) next = lease_due;
     if (next == UINT64_MAX) return -1;
@@ -829,15 +825,15 @@ static void remote_tick(loop_state *ls)
         if (b->await_lease && now >= b->remote_deadline_ns) {
             char why[900];
             snprintf(why, sizeof why, "the run's lease s3://%.63s/%.300s was not written within the bound (%.400s)",
-                     s->remote.bucket, s->lease_key, ls->lease.err[0] ? ls->lease.err : "no answer");
+                     s->remote.bucket, s->loop.lease_key, ls->lease.err[0] ? ls->lease.err : "no answer");
             remote_fail(b, DSTL_EREMOTE, why);
             batch_progress(s, b);
         }
     pthread_mutex_lock(&s->mu);
-    int closing = s->closing;
+    int closing = s->locked.pipe.closing;
     pthread_mutex_unlock(&s->mu);
     lease_state *l = &ls->lease;
-    uint64_t lease_bound = (s->cv.upload_max_attempts * s->cv.upload_timeout_ms + REMOTE_SLACK_MS) * 1000000ull;
+    uint64_t lease_bound = (s->conf.upload_max_attempts * s->conf.upload_timeout_ms + REMOTE_SLACK_MS) * 1000000ull;
     if (l->op && !l->cancelled && (closing || now >= l->sent_ns + lease_bound)) {
         /* A lease write has the bound of an upload; at close none is waited for (close
          * removes the lease anyway). on_lease_put runs on the next turn, -ECANCELED; no new
@@ -847,7 +843,7 @@ static void remote_tick(loop_state *ls)
     }
     if (l->sent_ns && !l->op && now >= l->next_ns && !closing) lease_start(ls);
     batch *o = ls->open;
-    if (o && s->cv.durability == CFG_DURABILITY_REMOTE && o->remote_deadline_ns && now >= o->remote_deadline_ns) {
+    if (o && s->conf.durability == CFG_DURABILITY_REMOTE && o->remote_deadline_ns && now >= o->remote_deadline_ns) {
         /* Still not written at its futures' bound (it waited for room, or behind a segment
          * being written): it fails unwritten; its records stay for the next persist. */
         ls->open = NULL;
@@ -855,19 +851,19 @@ static void remote_tick(loop_state *ls)
         snprintf(why, sizeof why, "not written within the bound of dstl.batch.persist-delay + "
                  "dstl.upload.max-attempts x dstl.upload.timeout + %u ms", REMOTE_SLACK_MS);
         pthread_mutex_lock(&s->mu);
-        s->q_waiting -= o->n;
-        if (o->deferred) s->flush_need = 0;
+        s->locked.pipe.q_waiting -= o->n;
+        if (o->deferred) s->locked.pipe.flush_need = 0;
         batch_end(s, o, DSTL_EREMOTE, why);
         pthread_mutex_unlock(&s->mu);
         batch_free(o);
     }
     s3_stats st;
-    s3_client_stats(s->s3, &st);
+    s3_client_stats(s->loop.s3, &st);
     pthread_mutex_lock(&s->mu);
-    s->st_remote_requests = st.requests;
-    s->st_remote_retries = st.retries;
-    s->st_hedged = st.hedges;
-    s->st_remote_bytes_written = st.bytes_sent;
+    s->locked.stats.remote_requests = st.requests;
+    s->locked.stats.remote_retries = st.retries;
+    s->locked.stats.hedged = st.hedges;
+    s->locked.stats.remote_bytes_written = st.bytes_sent;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -893,9 +889,9 @@ static int flush_due(const loop_state *ls, int closing, uint64_t now)
         if (waits) return 0;          /* its room comes with a segment's end: a later turn */
         return 1;
     }
-    if (closing || b->bytes >= s->cv.persist_size_threshold_bytes) return 1;
-    if (s->cv.persist_delay_us == 0) return local_writes_in_flight(s) < GROUP_COMMIT_DEPTH;
-    return now >= b->opened_ns + s->cv.persist_delay_us * 1000;
+    if (closing || b->bytes >= s->conf.persist_size_threshold_bytes) return 1;
+    if (s->conf.persist_delay_us == 0) return local_writes_in_flight(s) < GROUP_COMMIT_DEPTH;
+    return now >= b->opened_ns + s->conf.persist_delay_us * 1000;
 }
 
 static void *pipeline_main(void *arg)
@@ -907,21 +903,21 @@ static void *pipeline_main(void *arg)
     for (;;) {
         int timeout_ms = -1;
         uint64_t wait_ns = UINT64_MAX;      /* the batch deadline, to the nanosecond */
-        if (ls.open && s->cv.persist_delay_us > 0) {
-            uint64_t due = ls.open->opened_ns + s->cv.persist_delay_us * 1000, now = now_ns();
+        if (ls.open && s->conf.persist_delay_us > 0) {
+            uint64_t due = ls.open->opened_ns + s->conf.persist_delay_us * 1000, now = now_ns();
             wait_ns = due <= now ? 0 : due - now;
             /* libcurl's loop takes milliseconds: round up there, waking early would only spin */
             timeout_ms = (int)((wait_ns + 999999) / 1000000);
         }
-        if (*s->cv.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-        if (s->s3) {
+        if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
+        if (s->loop.s3) {
             /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
              * uploads in flight are checked against their bound every 100 ms */
             if ((ls.inflight_list || ls.open) && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
             int64_t until = next_remote_deadline_ms(&ls);
             if (until >= 0 && (timeout_ms < 0 || until < timeout_ms)) timeout_ms = (int)until;
             s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
-            s3_client_run(s->s3, wf, 2, timeout_ms);
+            s3_client_run(s->loop.s3, wf, 2, timeout_ms);
         } else {
             /* ppoll: a 10 ms persist-delay must not become 11 ms by rounding */
             struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
@@ -933,16 +929,16 @@ static void *pipeline_main(void *arg)
         ssize_t rn = read(s->wake_fd, &v, sizeof v);   /* non-blocking: EAGAIN when not kicked */
         (void)rn;
         segstore_poll(s->store);
-        if (s->s3) remote_tick(&ls);
+        if (s->loop.s3) remote_tick(&ls);
         reap_batches(&ls);
-        if (*s->cv.metrics_file && now_ns() >= s->metrics_due_ns) {
+        if (*s->conf.metrics_file && now_ns() >= s->loop.metrics_due_ns) {
             metrics_write_file(s);
-            s->metrics_due_ns = now_ns() + METRICS_INTERVAL_NS;
+            s->loop.metrics_due_ns = now_ns() + METRICS_INTERVAL_NS;
         }
 
         pthread_mutex_lock(&s->mu);
-        int closing = s->closing;
-        if (s->q_head) {
+        int closing = s->locked.pipe.closing;
+        if (s->locked.pipe.q_head) {
             if (!ls.open) {
                 ls.open = calloc(1, sizeof *ls.open);
                 if (ls.open) {
@@ -954,36 +950,36 @@ static void *pipeline_main(void *arg)
             }
             /* Memory for the batch is one small struct; if even that fails the queue waits
              * for the next round. */
-            while (ls.open && s->q_head) {
-                bsec *x = s->q_head;
-                s->q_head = x->next;
+            while (ls.open && s->locked.pipe.q_head) {
+                pipeline_section *x = s->locked.pipe.q_head;
+                s->locked.pipe.q_head = x->next;
                 x->next = NULL;
                 *ls.open->tail = x;
                 ls.open->tail = &x->next;
                 ls.open->n++;
                 ls.open->bytes += x->r->rec_bytes;
                 ls.open->reserve += x->r->enc_reserve;
-                uint64_t due = x->t_enq_ns + s->cv.persist_delay_us * 1000 +
-                               (s->cv.upload_max_attempts * s->cv.upload_timeout_ms + REMOTE_SLACK_MS -
+                uint64_t due = x->t_enq_ns + s->conf.persist_delay_us * 1000 +
+                               (s->conf.upload_max_attempts * s->conf.upload_timeout_ms + REMOTE_SLACK_MS -
                                 REMOTE_ACT_EARLY_MS) * 1000000ull;
                 if (!ls.open->remote_deadline_ns || due < ls.open->remote_deadline_ns) ls.open->remote_deadline_ns = due;
-                s->q_len--;
+                s->locked.pipe.q_len--;
             }
-            if (!s->q_head) s->q_tail = &s->q_head;
+            if (!s->locked.pipe.q_head) s->locked.pipe.q_tail = &s->locked.pipe.q_head;
         }
-        int has_deletes = s->delete_head != NULL;
+        int has_deletes = s->locked.reg.delete_head != NULL;
         pthread_mutex_unlock(&s->mu);
         /* Reserve names while the disk is idle, so the directory fsync does not queue beside a
          * segment's fdatasync; under constant load, when almost none are left. */
         if (ls.open && ls.reserved_upto == 0) reserve_ahead(&ls);
-        else if (ls.reserved_upto && ((!ls.open && local_writes_in_flight(s) == 0) || ls.reserved_upto < s->next_seg_no + 2))
+        else if (ls.reserved_upto && ((!ls.open && local_writes_in_flight(s) == 0) || ls.reserved_upto < s->locked.reg.next_seg_no + 2))
             reserve_ahead(&ls);
 
         if (has_deletes) run_deletes(s);
         if (flush_due(&ls, closing, now_ns())) flush(&ls);
-        if (closing && !ls.open && !ls.inflight_list && (!s->s3 || s3_client_pending(s->s3) == 0)) {
+        if (closing && !ls.open && !ls.inflight_list && (!s->loop.s3 || s3_client_pending(s->loop.s3) == 0)) {
             pthread_mutex_lock(&s->mu);
-            int idle = !s->q_head && !s->delete_head;
+            int idle = !s->locked.pipe.q_head && !s->locked.reg.delete_head;
             pthread_mutex_unlock(&s->mu);
             if (idle) break;
         }
@@ -994,20 +990,20 @@ static void *pipeline_main(void *arg)
 
 int pipeline_start(dstl_storage *s)
 {
-    int rc = pthread_create(&s->thread, NULL, pipeline_main, s);
+    int rc = pthread_create(&s->loop.thread, NULL, pipeline_main, s);
     if (rc != 0) return err_fail(-rc, "storage: cannot start the pipeline thread: %s", strerror(rc));
-    s->thread_started = 1;
+    s->loop.thread_started = 1;
     return 0;
 }
 
 void pipeline_stop(dstl_storage *s)
 {
-    if (!s->thread_started) return;
+    if (!s->loop.thread_started) return;
     pthread_mutex_lock(&s->mu);
-    s->closing = 1;
+    s->locked.pipe.closing = 1;
     pthread_cond_broadcast(&s->room_cv);
     pthread_mutex_unlock(&s->mu);
     pipeline_wake(s);
-    pthread_join(s->thread, NULL);
-    s->thread_started = 0;
+    pthread_join(s->loop.thread, NULL);
+    s->loop.thread_started = 0;
 }

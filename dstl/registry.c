@@ -1,90 +1,151 @@
 /*
- * dstl/registry.c — which segments this storage run still needs, and when they go.
+ * dstl/registry.c — segment counts, live handles, when a segment goes (dstl/registry.h).
  *
- * Every segment written by this run has two counts (under s->mu):
- *   section_refs — writer ranges in it that are not truncated and whose writer is open;
- *   handle_refs  — live (not discarded) handles that reference it, plus pins held by
- *                  futures still being built.
- * A segment is deleted (locally; remotely too once remote durability exists) exactly when
- * both reach zero. Pins make FLINK-28440 impossible by construction: a piece joins a future
- * only with its pin taken, and the pin turns into the live handle's reference before the
- * future completes, so no truncate or discard in between can drop the last count.
- * Segments that earlier runs wrote are never in the registry: only dstl_gc removes them.
- *
- * Deletion itself happens on the pipeline thread (pipeline.c drains s->delete_head).
+ * Every count is changed in pairs that assert: a decrement below zero is a bookkeeping bug
+ * that would delete a segment someone still needs, so it stops the process instead.
+ * Deletion itself happens on the pipeline thread, which drains reg->delete_head.
  */
+#include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/handle.h"
+#include "dstl/registry.h"
 
-seg *reg_new_segment(dstl_storage *s)
+/* A live (not discarded) handle of this run: what keeps its segments. */
+typedef struct live_handle {
+    struct live_handle *next;   /* same identity hash */
+    char *key;
+    run_segment **segs;
+    size_t nsegs;
+} live_handle;
+
+void reg_init(registry *reg, const char *run_id)
 {
-    seg *g = calloc(1, sizeof *g);
+    memset(reg, 0, sizeof *reg);
+    reg->run_id = run_id;
+    u64map_init(&reg->segs);
+    u64map_init(&reg->live);
+}
+
+run_segment *reg_new_segment(registry *reg)
+{
+    run_segment *g = calloc(1, sizeof *g);
     if (!g) return NULL;
-    g->no = s->next_seg_no++;
-    snprintf(g->name, sizeof g->name, "%s-%012llu.seg", s->run_id, (unsigned long long)g->no);
-    if (u64map_put(&s->segs, g->no, g) < 0) {
+    g->no = reg->next_seg_no++;
+    segment_name_format(reg->run_id, g->no, g->name, sizeof g->name);
+    if (u64map_put(&reg->segs, g->no, g) < 0) {
         free(g);
         return NULL;
     }
     return g;
 }
 
-static void maybe_delete(dstl_storage *s, seg *g)
+void reg_forget(registry *reg, run_segment *g)
+{
+    assert(g->section_refs == 0 && g->handle_refs == 0 && !g->durable);
+    u64map_del(&reg->segs, g->no);
+    free(g);
+}
+
+void reg_deleted(registry *reg, run_segment *g)
+{
+    assert(g->deleting && g->section_refs == 0 && g->handle_refs == 0);
+    u64map_del(&reg->segs, g->no);
+    free(g);
+}
+
+static void maybe_delete(registry *reg, run_segment *g)
 {
     if (g->section_refs > 0 || g->handle_refs > 0 || g->deleting) return;
     g->deleting = 1;
-    g->next_delete = s->delete_head;
-    s->delete_head = g;
+    g->next_delete = reg->delete_head;
+    reg->delete_head = g;
 }
 
-void reg_section_release(dstl_storage *s, seg *g)
+void reg_section_add(run_segment *g)
 {
+    assert(g->durable && !g->deleting);
+    g->section_refs++;
+}
+
+void reg_section_release(registry *reg, run_segment *g)
+{
+    assert(g->section_refs > 0);
     g->section_refs--;
-    maybe_delete(s, g);
+    maybe_delete(reg, g);
 }
 
-void reg_pin(seg *g) { g->handle_refs++; }
-
-void reg_unpin(dstl_storage *s, seg *g)
+void reg_pin(run_segment *g)
 {
+    assert(!g->deleting);
+    g->handle_refs++;
+}
+
+void reg_unpin(registry *reg, run_segment *g)
+{
+    assert(g->handle_refs > 0);
     g->handle_refs--;
-    maybe_delete(s, g);
+    maybe_delete(reg, g);
 }
 
-static livehandle *live_find(dstl_storage *s, uint64_t ident, const char *key)
+/* ---- live handles ---- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
-    for (livehandle *l = u64map_get(&s->live, ident); l; l = l->next)
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t reg_handle_ident(const wire_handle *wh, char **key)
+{
+    char buf[1024];
+    int n = snprintf(buf, sizeof buf, "%s\x1f%s\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64,
+                     wh->storage_id, wh->writer_id, wh->writer_incarnation, wh->checkpoint_id, wh->from_seq,
+                     wh->to_seq);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    if (key) *key = strdup(buf);
+    return fnv1a(0xcbf29ce484222325ull, buf, (size_t)n);
+}
+
+static live_handle *live_find(registry *reg, uint64_t ident, const char *key)
+{
+    for (live_handle *l = u64map_get(&reg->live, ident); l; l = l->next)
         if (strcmp(l->key, key) == 0) return l;
     return NULL;
 }
 
-int reg_live_add(dstl_storage *s, dstl_handle *h, fpiece *pieces, size_t n)
+int reg_live_add(registry *reg, const wire_handle *wh, run_segment **segs, size_t n)
 {
     char *key = NULL;
-    uint64_t ident = handle_ident(h->wh, &key);
+    uint64_t ident = reg_handle_ident(wh, &key);
     if (!key) return err_fail(-ENOMEM, "out of memory");
-    if (live_find(s, ident, key)) {
+    if (live_find(reg, ident, key)) {
         /* An equal handle is live already (a repeated persist): it holds the segments. */
-        for (size_t i = 0; i < n; i++) reg_unpin(s, pieces[i].sg);
+        for (size_t i = 0; i < n; i++) reg_unpin(reg, segs[i]);
+        free(segs);
         free(key);
         return 0;
     }
-    livehandle *l = calloc(1, sizeof *l);
-    if (!l || !(l->segs = malloc((n ? n : 1) * sizeof *l->segs))) {
-        free(l);
+    live_handle *l = calloc(1, sizeof *l);
+    if (!l) {
         free(key);
         return err_fail(-ENOMEM, "out of memory");
     }
     l->key = key;
-    for (size_t i = 0; i < n; i++) l->segs[l->nsegs++] = pieces[i].sg;   /* the pins move here */
-    l->next = u64map_get(&s->live, ident);
-    if (u64map_put(&s->live, ident, l) < 0) {
-        free(l->segs);
+    l->segs = segs;             /* the pins move here */
+    l->nsegs = n;
+    l->next = u64map_get(&reg->live, ident);
+    if (u64map_put(&reg->live, ident, l) < 0) {
         free(l);
         free(key);
         return err_fail(-ENOMEM, "out of memory");
@@ -92,38 +153,40 @@ int reg_live_add(dstl_storage *s, dstl_handle *h, fpiece *pieces, size_t n)
     return 0;
 }
 
-int reg_live_discard(dstl_storage *s, const dstl_handle *h)
+static void live_free(live_handle *l)
 {
-    char *key = NULL;
-    uint64_t ident = handle_ident(h->wh, &key);
-    if (!key) return err_fail(-ENOMEM, "out of memory");
-    livehandle *head = u64map_get(&s->live, ident), **pp = &head;
-    while (*pp && strcmp((*pp)->key, key) != 0) pp = &(*pp)->next;
-    free(key);
-    livehandle *l = *pp;
-    if (!l) return 0;              /* discarded before, or not this run's: a no-op */
-    *pp = l->next;
-    if (head) u64map_put(&s->live, ident, head);
-    else u64map_del(&s->live, ident);
-    for (size_t i = 0; i < l->nsegs; i++) reg_unpin(s, l->segs[i]);
     free(l->segs);
     free(l->key);
     free(l);
+}
+
+int reg_live_discard(registry *reg, const wire_handle *wh)
+{
+    char *key = NULL;
+    uint64_t ident = reg_handle_ident(wh, &key);
+    if (!key) return err_fail(-ENOMEM, "out of memory");
+    live_handle *head = u64map_get(&reg->live, ident), **pp = &head;
+    while (*pp && strcmp((*pp)->key, key) != 0) pp = &(*pp)->next;
+    free(key);
+    live_handle *l = *pp;
+    if (!l) return 0;              /* discarded before, or not this run's: a no-op */
+    *pp = l->next;
+    if (head) u64map_put(&reg->live, ident, head);
+    else u64map_del(&reg->live, ident);
+    for (size_t i = 0; i < l->nsegs; i++) reg_unpin(reg, l->segs[i]);
+    live_free(l);
     return 0;
 }
 
-void reg_free_all(dstl_storage *s)
+void reg_destroy(registry *reg)
 {
-    for (size_t i = u64map_next(&s->live, 0); i < s->live.cap; i = u64map_next(&s->live, i + 1)) {
-        for (livehandle *l = s->live.vals[i], *next; l; l = next) {
+    for (size_t i = u64map_next(&reg->live, 0); i < reg->live.cap; i = u64map_next(&reg->live, i + 1))
+        for (live_handle *l = reg->live.vals[i], *next; l; l = next) {
             next = l->next;
-            free(l->segs);
-            free(l->key);
-            free(l);
+            live_free(l);
         }
-    }
-    u64map_destroy(&s->live);
-    for (size_t i = u64map_next(&s->segs, 0); i < s->segs.cap; i = u64map_next(&s->segs, i + 1))
-        free(s->segs.vals[i]);
-    u64map_destroy(&s->segs);
+    u64map_destroy(&reg->live);
+    for (size_t i = u64map_next(&reg->segs, 0); i < reg->segs.cap; i = u64map_next(&reg->segs, i + 1))
+        free(reg->segs.vals[i]);
+    u64map_destroy(&reg->segs);
 }

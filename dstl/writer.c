@@ -20,7 +20,11 @@
 #include <string.h>
 
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/future.h"
+#include "dstl/pipeline.h"
+#include "dstl/registry.h"
+#include "dstl/storage.h"
+#include "dstl/writer.h"
 
 /* ---- chunks ---- */
 
@@ -33,40 +37,47 @@ static int chunk_class(size_t cap)
     return -1;
 }
 
-static void chunk_put(dstl_storage *s, chunk *c)
+static void chunk_put(chunk_pool *p, chunk *c)
 {
     int k = chunk_class(c->cap);
-    pthread_mutex_lock(&s->pool_mu);
-    if (k >= 0 && s->chunk_pool_bytes + c->cap <= CHUNK_POOL_BYTES) {
-        c->next = s->chunk_pool[k];
-        s->chunk_pool[k] = c;
-        s->chunk_pool_bytes += c->cap;
+    pthread_mutex_lock(&p->mu);
+    if (k >= 0 && p->bytes + c->cap <= CHUNK_POOL_BYTES) {
+        c->next = p->free_list[k];
+        p->free_list[k] = c;
+        p->bytes += c->cap;
         c = NULL;
     }
-    pthread_mutex_unlock(&s->pool_mu);
+    pthread_mutex_unlock(&p->mu);
     free(c);
 }
 
-void chunk_pool_free(dstl_storage *s)
+void chunk_pool_init(chunk_pool *p)
+{
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+}
+
+void chunk_pool_destroy(chunk_pool *p)
 {
     for (int k = 0; k < CHUNK_CLASSES; k++)
-        for (chunk *c = s->chunk_pool[k], *next; c; c = next) {
+        for (chunk *c = p->free_list[k], *next; c; c = next) {
             next = c->next;
             free(c);
         }
+    pthread_mutex_destroy(&p->mu);
 }
 
-static chunk *chunk_new(dstl_storage *s, size_t cap, uint64_t seq, uint64_t payload)
+static chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload)
 {
     chunk *c = NULL;
     int k = chunk_class(cap);
     if (k >= 0) {
-        pthread_mutex_lock(&s->pool_mu);
-        if ((c = s->chunk_pool[k])) {
-            s->chunk_pool[k] = c->next;
-            s->chunk_pool_bytes -= cap;
+        pthread_mutex_lock(&p->mu);
+        if ((c = p->free_list[k])) {
+            p->free_list[k] = c->next;
+            p->bytes -= cap;
         }
-        pthread_mutex_unlock(&s->pool_mu);
+        pthread_mutex_unlock(&p->mu);
     }
     if (!c && !(c = malloc(sizeof *c + cap))) return NULL;
     c->next = NULL;
@@ -91,14 +102,14 @@ static void chunks_release(dstl_writer *w)
            w->head->seq_first + w->head->nrec <= floor) {
         chunk *c = w->head;
         w->head = c->next;
-        chunk_put(w->s, c);
+        chunk_put(&w->s->chunks, c);
     }
     /* The last chunk too, once all of it is sent and durable: the next append starts a chunk
      * sized to what the writer appends now, so memory stays flat in the number of writers
      * (1,000 writers each keeping a grown 1 MiB chunk would hold 1 GiB). */
     chunk *t = w->tail;
     if (t && w->head == t && w->sent_chunk == t && w->sent_off == t->used && t->seq_first + t->nrec <= floor) {
-        chunk_put(w->s, t);
+        chunk_put(&w->s->chunks, t);
         w->head = w->tail = w->sent_chunk = NULL;
         w->sent_off = 0;
     }
@@ -111,7 +122,7 @@ static int chunk_grow(dstl_writer *w, size_t need)
     size_t want = w->unsent_bytes > need ? (size_t)w->unsent_bytes : need, cap = CHUNK_MIN;
     while (cap < want && cap < CHUNK_MAX) cap *= 2;
     if (cap < need) cap = need;
-    chunk *c = chunk_new(w->s, cap, w->next_seq, w->payload_total);
+    chunk *c = chunk_new(&w->s->chunks, cap, w->next_seq, w->payload_total);
     if (!c) return err_fail(-ENOMEM, "writer %s: out of memory for a %zu-byte chunk", w->id, cap);
     if (w->tail) w->tail->next = c;
     else w->head = c;
@@ -143,19 +154,19 @@ int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_
     w->s = s;
     w->kg_first = key_group_first;
     w->kg_last = key_group_last;
-    w->preempt_bytes = s->cv.preemptive_persist_threshold_bytes;
+    w->preempt_bytes = s->conf.preemptive_persist_threshold_bytes;
 
     pthread_mutex_lock(&s->mu);
     int rc = 0;
-    if (s->closing) rc = err_fail(DSTL_ECLOSED, "dstl_writer_open %s: storage is closing", writer_id);
-    for (dstl_writer *o = s->writers; o && rc == 0; o = o->next_open)
+    if (s->locked.pipe.closing) rc = err_fail(DSTL_ECLOSED, "dstl_writer_open %s: storage is closing", writer_id);
+    for (dstl_writer *o = s->locked.writers; o && rc == 0; o = o->next_open)
         if (strcmp(o->id, writer_id) == 0)
             rc = err_fail(-EBUSY, "dstl_writer_open: writer '%s' is already open in this storage", writer_id);
     if (rc == 0) {
-        w->incarnation = ++s->writer_incarnations;
-        w->next_open = s->writers;
-        s->writers = w;
-        s->nwriters++;
+        w->incarnation = ++s->locked.writer_incarnations;
+        w->next_open = s->locked.writers;
+        s->locked.writers = w;
+        s->locked.nwriters++;
     }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
@@ -190,34 +201,27 @@ int dstl_writer_close(dstl_writer *w)
     while (w->inflight_ranges > 0) pthread_cond_wait(&s->range_cv, &s->mu);
     for (range *r = w->ranges, *next; r; r = next) {
         next = r->next;
-        if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+        if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
         range_free(r);
     }
     w->ranges = w->ranges_tail = NULL;
-    for (dstl_writer **p = &s->writers; *p; p = &(*p)->next_open)
+    for (dstl_writer **p = &s->locked.writers; *p; p = &(*p)->next_open)
         if (*p == w) {
             *p = w->next_open;
             break;
         }
-    s->nwriters--;
-    s->st_appends_closed += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
-    s->st_append_bytes_closed += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
+    s->locked.nwriters--;
+    s->locked.stats.appends_closed += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
+    s->locked.stats.append_bytes_closed += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
     pthread_mutex_unlock(&s->mu);
     pipeline_wake(s);                        /* deletions, if any */
     for (chunk *c = w->head, *next; c; c = next) {
         next = c->next;
-        chunk_put(s, c);
+        chunk_put(&s->chunks, c);
     }
     free(w->id);
     free(w);
     return 0;
-}
-
-void range_free(range *r)
-{
-    if (!r) return;
-    free(r->spans);
-    free(r);
 }
 
 /* ---- hand-off ---- */
@@ -233,13 +237,13 @@ typedef struct admit_waiter {
  * in flight (or it could never go). */
 static int room_for(const dstl_storage *s, uint64_t cost)
 {
-    uint64_t used = s->in_flight_bytes + s->flush_need;
-    return used == 0 || used + cost <= s->cv.max_in_flight_bytes;
+    uint64_t used = s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need;
+    return used == 0 || used + cost <= s->conf.max_in_flight_bytes;
 }
 
 static void admit_remove(dstl_storage *s, admit_waiter *me)
 {
-    for (admit_waiter **pp = &s->adm_head; *pp; pp = &(*pp)->next)
+    for (admit_waiter **pp = &s->locked.pipe.adm_head; *pp; pp = &(*pp)->next)
         if (*pp == me) {
             *pp = me->next;
             return;
@@ -249,32 +253,32 @@ static void admit_remove(dstl_storage *s, admit_waiter *me)
 /* Takes cost bytes of dstl.upload.max-in-flight for a hand-off (s->mu held): at once when
  * nobody waits and they fit, else after every earlier waiting hand-off (arrival order, so a
  * large one is not starved by a stream of small ones), or -EAGAIN (dstl.backpressure: fail),
- * DSTL_ECLOSED. On success the bytes are charged to s->in_flight_bytes. */
+ * DSTL_ECLOSED. On success the bytes are charged to s->locked.pipe.in_flight_bytes. */
 static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t cost)
 {
-    if (s->closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
-    if (s->adm_head || !room_for(s, cost)) {
-        if (s->cv.backpressure == CFG_BACKPRESSURE_FAIL)
+    if (s->locked.pipe.closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
+    if (s->locked.pipe.adm_head || !room_for(s, cost)) {
+        if (s->conf.backpressure == CFG_BACKPRESSURE_FAIL)
             return err_fail(-EAGAIN, "writer %s: %llu bytes in flight%s, %llu more would pass "
                             "dstl.upload.max-in-flight (%llu)", w->id,
-                            (unsigned long long)(s->in_flight_bytes + s->flush_need),
-                            s->adm_head ? " and hand-offs waiting before this one" : "",
-                            (unsigned long long)cost, (unsigned long long)s->cv.max_in_flight_bytes);
-        admit_waiter me = {NULL}, **tail = &s->adm_head;
+                            (unsigned long long)(s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need),
+                            s->locked.pipe.adm_head ? " and hand-offs waiting before this one" : "",
+                            (unsigned long long)cost, (unsigned long long)s->conf.max_in_flight_bytes);
+        admit_waiter me = {NULL}, **tail = &s->locked.pipe.adm_head;
         while (*tail) tail = &(*tail)->next;
         *tail = &me;
-        while (s->adm_head != &me || !room_for(s, cost)) {
-            if (s->closing) {
+        while (s->locked.pipe.adm_head != &me || !room_for(s, cost)) {
+            if (s->locked.pipe.closing) {
                 admit_remove(s, &me);
                 pthread_cond_broadcast(&s->room_cv);
                 return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
             }
             pthread_cond_wait(&s->room_cv, &s->mu);
         }
-        s->adm_head = me.next;
+        s->locked.pipe.adm_head = me.next;
         pthread_cond_broadcast(&s->room_cv);   /* the next one may fit as well */
     }
-    s->in_flight_bytes += cost;
+    s->locked.pipe.in_flight_bytes += cost;
     return 0;
 }
 
@@ -282,7 +286,7 @@ static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t cost)
 static void room_return(dstl_storage *s, uint64_t cost)
 {
     if (!cost) return;
-    s->in_flight_bytes -= cost;
+    s->locked.pipe.in_flight_bytes -= cost;
     pthread_cond_broadcast(&s->room_cv);
 }
 
@@ -330,9 +334,9 @@ static int send_ranges(dstl_writer *w, uint64_t from)
     if (cost == 0) return 0;
     /* A failed local store is fail-stop for local durability; with remote durability the
      * object store still makes persists durable (the local copy is then simply absent). */
-    if (s->store_err && s->cv.durability == CFG_DURABILITY_LOCAL)
+    if (s->locked.store_err && s->conf.durability == CFG_DURABILITY_LOCAL)
         return err_fail(-EIO, "writer %s: no further segments are written, the local store failed earlier "
-                        "(fail-stop): %s", w->id, s->store_err_msg);
+                        "(fail-stop): %s", w->id, s->locked.store_err_msg);
     int rc = wait_room(s, w, cost);
     if (rc < 0) return rc;
     int queued = 0;
@@ -473,10 +477,10 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
                         w->id, (unsigned long long)from_seq, (unsigned long long)w->trunc_seq);
     }
     int rc = send_ranges(w, from_seq);
-    dstl_future *f = rc < 0 ? NULL : future_new(s, w, checkpoint_id, from_seq, w->next_seq);
+    dstl_future *f = rc < 0 ? NULL : future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
     if (rc >= 0 && !f) rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
     if (rc < 0) {
-        s->st_persist_failures++;
+        s->locked.stats.persist_failures++;
         pthread_mutex_unlock(&s->mu);
         return rc;
     }
@@ -487,24 +491,12 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
         uint64_t p0 = payload_at(w, r, lo);
         if (p0 == UINT64_MAX) known = 0;
         else size += r->payload_first + r->payload_bytes - p0;
-        if (r->state == RANGE_DURABLE) {
-            if ((rc = future_add_piece(f, r, lo, r->seq_end)) < 0) break;
-        } else {                                  /* in flight (failed ones were just sent) */
-            fwait *fw = malloc(sizeof *fw);
-            if (!fw) {
-                rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
-                break;
-            }
-            *fw = (fwait){r->sec->waiters, f, lo, r->seq_end};
-            r->sec->waiters = fw;
-            f->outstanding++;
-            f->refs++;                            /* the waiter's reference */
-        }
+        if (r->state == RANGE_DURABLE) rc = future_add_piece(f, r->seg, r->sec_index, &r->loc, lo, r->seq_end);
+        else rc = future_wait_on(f, &r->sec->waiters, lo, r->seq_end);   /* in flight (failed ones were just sent) */
+        if (rc < 0) break;
     }
-    f->size = known ? size : UINT64_MAX;
-    s->st_persists++;
-    if (rc < 0) f->failed = rc;
-    future_complete_if_ready(f);
+    s->locked.stats.persists++;
+    future_build_end(f, rc < 0 ? rc : 0, known ? size : UINT64_MAX);
     chunks_release(w);
     pthread_mutex_unlock(&s->mu);
     pipeline_wake(s);
@@ -559,7 +551,7 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
             }
             *pp = r->next;
             if (w->ranges_tail == r) w->ranges_tail = prev;
-            if (r->state == RANGE_DURABLE) reg_section_release(s, r->seg);
+            if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
             range_free(r);
         }
         if (w->sent_seq < to_seq) skip_unsent(w, to_seq);

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "dstl.h"
+#include "dstl/handle.h"
 #include "dstl/histo.h"
-#include "dstl/internal.h"
 #include "dstl/remote/remote.h"
 
 static double now_s(void)

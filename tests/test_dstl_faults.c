@@ -11,7 +11,7 @@
 
 #include "dstl.h"
 #include "dstl/local/ioeng.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 
@@ -37,8 +37,8 @@ static dstl_storage *open_faulty(const char *engine)
 {
     dstl_config *c = t_config(dir, "dstl.io.engine", engine, "dstl.batch.persist-delay", "0", NULL);
     dstl_storage *s = NULL;
-    storage_test_opts t = {.fault = fault};
-    cr_assert_eq(storage_open_test(c, &t, &s), 0, "%s", dstl_last_error());
+    storage_seams t = {.fault = fault};
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
     dstl_config_free(c);
     return s;
 }

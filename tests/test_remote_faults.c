@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "dstl.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 #include "tests/helpers_s3.h"
@@ -366,9 +366,9 @@ Test(remote_faults, an_upload_that_cannot_start_leaves_nothing_waiting, .timeout
     dstl_config *c = t_config(ldir, "dstl.remote.uri", uri, "dstl.durability", "local", "dstl.s3.endpoint",
                               env.endpoint, "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key,
                               "dstl.s3.secret-key", env.secret_key, "dstl.s3.path-style", "true", NULL);
-    storage_test_opts t = {.fail_upload_start = -ENOMEM};
+    storage_seams t = {.fail_upload_start = -ENOMEM};
     dstl_storage *s = NULL;
-    cr_assert_eq(storage_open_test(c, &t, &s), 0, "%s", dstl_last_error());
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
     dstl_config_free(c);
     dstl_writer *w = NULL;
     cr_assert_eq(dstl_writer_open(s, "w0", 0, NKG - 1, &w), 0);

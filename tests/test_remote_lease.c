@@ -21,7 +21,7 @@
 
 #include "dstl.h"
 #include "dstl/remote/remote.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 #include "tests/helpers_s3.h"
@@ -64,7 +64,7 @@ static void sleep_ms(long ms)
 /* A storage on DIR/<sub> ("a machine"), uploading to s3://bucket/p through endpoint (NULL: the
  * server), remote durability, with the key/value pairs of extra and the test seams t. */
 static dstl_storage *machine(const char *sub, const char *endpoint, const char *const *extra,
-                             const storage_test_opts *t)
+                             const storage_seams *t)
 {
     char uri[128], ldir[4200];
     snprintf(uri, sizeof uri, "s3://%s/p", bucket);
@@ -76,7 +76,7 @@ static dstl_storage *machine(const char *sub, const char *endpoint, const char *
     for (size_t i = 0; extra && extra[i]; i += 2)
         cr_assert_eq(dstl_config_set(c, extra[i], extra[i + 1]), 0, "%s", dstl_last_error());
     dstl_storage *s = NULL;
-    cr_assert_eq(storage_open_test(c, t, &s), 0, "open: %s", dstl_last_error());
+    cr_assert_eq(storage_open_with_seams(c, t, &s), 0, "open: %s", dstl_last_error());
     dstl_config_free(c);
     return s;
 }
@@ -227,7 +227,7 @@ Test(remote_lease, ages_are_judged_on_the_servers_clock)
     const int64_t hour = 3600 * 1000;
 
     /* an hour ahead: a local clock would see everything an hour old */
-    storage_test_opts ahead = {.wall_clock_skew_ms = hour};
+    storage_seams ahead = {.wall_clock_skew_ms = hour};
     dstl_storage *b = machine("b", NULL, NULL, &ahead);
     dstl_gc_report rep;
     cr_assert_eq(dstl_gc(b, NULL, 0, 600000, 0, &rep), 0, "%s", dstl_last_error());
@@ -242,7 +242,7 @@ Test(remote_lease, ages_are_judged_on_the_servers_clock)
     /* an hour behind: a local clock would see everything as not yet made */
     for (int i = 3; i < 5; i++) put_orphan(i);
     sleep_ms(2500);                          /* older than 1 s, with the Date's whole seconds */
-    storage_test_opts behind = {.wall_clock_skew_ms = -hour};
+    storage_seams behind = {.wall_clock_skew_ms = -hour};
     b = machine("b", NULL, NULL, &behind);
     cr_assert_eq(dstl_gc(b, NULL, 0, 1000, 0, &rep), 0, "%s", dstl_last_error());
     cr_assert_eq(rep.deleted, 2, "-1 h: orphans older than 1 s go (deleted %llu)", (unsigned long long)rep.deleted);

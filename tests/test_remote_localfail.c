@@ -9,7 +9,7 @@
 
 #include "dstl.h"
 #include "dstl/local/ioeng.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 
@@ -37,9 +37,9 @@ TestSuite(remote_localfail, .init = setup, .fini = teardown, .timeout = 120);
 Test(remote_localfail, persists_go_on_through_the_object_store)
 {
     dstl_config *c = t_config(dir, "dstl.batch.persist-delay", "0", NULL);
-    storage_test_opts t = {.fault = fault};
+    storage_seams t = {.fault = fault};
     dstl_storage *s = NULL;
-    cr_assert_eq(storage_open_test(c, &t, &s), 0, "%s", dstl_last_error());
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
     dstl_config_free(c);
     dstl_writer *w = NULL;
     cr_assert_eq(dstl_writer_open(s, "w", 0, 7, &w), 0);

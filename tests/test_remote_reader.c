@@ -27,7 +27,7 @@
 #include "dstl.h"
 #include "dstl/read/cache.h"
 #include "dstl/remote/remote.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "helpers.h"
 #include "helpers_dstl.h"
 #include "helpers_s3.h"
@@ -938,11 +938,11 @@ Test(remote_reader, cache_bounds_hold_through_readers)
 
 /* ---- the cache on its own ---- */
 
-static rcache *cache_new(const char *dir, const char *run, uint64_t max, uint64_t idle_ms)
+static read_cache *test_cache_new(const char *dir, const char *run, uint64_t max, uint64_t idle_ms)
 {
-    rcache_opts o = {.dir = dir, .run_id = run, .max_size_bytes = max, .idle_timeout_ms = idle_ms};
-    rcache *c = NULL;
-    cr_assert_eq(rcache_new(&o, &c), 0);
+    cache_opts o = {.dir = dir, .run_id = run, .max_size_bytes = max, .idle_timeout_ms = idle_ms};
+    read_cache *c = NULL;
+    cr_assert_eq(cache_new(&o, &c), 0);
     return c;
 }
 
@@ -955,7 +955,7 @@ static int exists(const char *dir, const char *name)
 
 Test(remote_reader, cache_ranges_merge_and_hit_only_when_covered)
 {
-    rcache *c = cache_new(rdir, "run1", 1 << 20, 600000);
+    read_cache *c = test_cache_new(rdir, "run1", 1 << 20, 600000);
     uint8_t src[100], dst[100];
     t_fill(src, sizeof src, 7);
     cache_entry *e = cache_acquire(c, "s3://b/k1");
@@ -978,14 +978,14 @@ Test(remote_reader, cache_ranges_merge_and_hit_only_when_covered)
     cr_expect_eq(cache_read(c, f, 1020, 10, dst), 0);
     cache_release(c, f);
     cache_release(c, e);
-    rcache_free(c);
+    cache_free(c);
     cr_expect(!exists(rdir, "run1"), "the run directory stays after free");
     cr_expect(!exists(rdir, "run1.lock"), "the lock stays after free");
 }
 
 Test(remote_reader, cache_evicts_least_recent_unreferenced_beyond_max_size)
 {
-    rcache *c = cache_new(rdir, "run1", 100, 600000);
+    read_cache *c = test_cache_new(rdir, "run1", 100, 600000);
     uint8_t src[60], dst[60];
     t_fill(src, sizeof src, 9);
     cache_entry *a = cache_acquire(c, "s3://b/a");
@@ -1013,12 +1013,12 @@ Test(remote_reader, cache_evicts_least_recent_unreferenced_beyond_max_size)
     cache_insert(c, a, 0, sizeof big, big);
     cr_expect_eq(cache_read(c, a, 0, 10, dst), 0);
     cache_release(c, a);
-    rcache_free(c);
+    cache_free(c);
 }
 
 Test(remote_reader, cache_drops_idle_entries_and_their_files)
 {
-    rcache *c = cache_new(rdir, "run1", 1 << 20, 1);
+    read_cache *c = test_cache_new(rdir, "run1", 1 << 20, 1);
     uint8_t src[32] = {1, 2, 3};
     cache_entry *e = cache_acquire(c, "s3://b/a");
     cache_insert(c, e, 0, sizeof src, src);
@@ -1034,7 +1034,7 @@ Test(remote_reader, cache_drops_idle_entries_and_their_files)
     cr_expect_eq(cache_entries(c), 0);
     cr_expect_eq(cache_bytes(c), 0);
     cr_expect(!exists(run, "0"), "the idle entry's file stays");
-    rcache_free(c);
+    cache_free(c);
 }
 
 Test(remote_reader, cache_removes_dead_runs_and_keeps_live_ones)
@@ -1062,7 +1062,7 @@ Test(remote_reader, cache_removes_dead_runs_and_keeps_live_ones)
     snprintf(p, sizeof p, "%s/notes", rdir);
     cr_assert_eq(mkdir(p, 0700), 0);
 
-    rcache *c = cache_new(rdir, "00000000000000f0", 1 << 20, 600000);
+    read_cache *c = test_cache_new(rdir, "00000000000000f0", 1 << 20, 600000);
     cache_entry *e = cache_acquire(c, "s3://b/a");
     cache_insert(c, e, 0, 3, "abc");        /* the first insert makes the run dir and sweeps */
     cache_release(c, e);
@@ -1074,7 +1074,7 @@ Test(remote_reader, cache_removes_dead_runs_and_keeps_live_ones)
     cr_expect(exists(rdir, "notes"));
     cr_expect(exists(rdir, "00000000000000f0"));
     cr_expect(exists(rdir, "00000000000000f0.lock"));
-    rcache_free(c);
+    cache_free(c);
     cr_expect(!exists(rdir, "00000000000000f0"));
     close(fd);
 }

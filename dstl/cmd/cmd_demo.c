@@ -30,7 +30,7 @@
 #include "dstl/config.h"
 #include "dstl/remote/remote.h"
 #include "dstl/local/segstore.h"
-#include "dstl/storage_test.h"
+#include "dstl/seams.h"
 #include "wire/wire.h"
 
 #define NKEYS 20000          /* distinct keys per writer */

@@ -32,7 +32,7 @@
 
 #include "dstl/read/cache.h"
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/storage.h"
 #include "dstl/remote/remote.h"
 
 /* Idle clients kept for the next readers: recovery opens readers a few at a time per task,
@@ -58,7 +58,7 @@ struct cache_entry {
     uint64_t bytes;
 };
 
-struct rcache {
+struct read_cache {
     pthread_mutex_t mu;
     char *dir;                  /* the cache directory */
     char *run_dir;              /* dir/run_id */
@@ -97,9 +97,9 @@ static char *join(const char *a, const char *b, const char *suffix)
     return p;
 }
 
-int rcache_new(const rcache_opts *o, rcache **out)
+int cache_new(const cache_opts *o, read_cache **out)
 {
-    rcache *c = calloc(1, sizeof *c);
+    read_cache *c = calloc(1, sizeof *c);
     if (!c) return -ENOMEM;
     c->dir = strdup(o->dir);
     c->run_id = strdup(o->run_id);
@@ -124,7 +124,7 @@ int rcache_new(const rcache_opts *o, rcache **out)
 
 /* ---- files ---- */
 
-static void entry_path(const rcache *c, uint64_t no, char *buf, size_t cap)
+static void entry_path(const read_cache *c, uint64_t no, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s/%llu", c->run_dir, (unsigned long long)no);
 }
@@ -176,7 +176,7 @@ static int mkdir_p(const char *path)
 
 /* Removes the run directories of dead runs: a run holds an flock on dir/<run>.lock while its
  * storage is open (made before its directory, so a directory without a lock file is dead). */
-static void sweep_dead_runs(rcache *c)
+static void sweep_dead_runs(read_cache *c)
 {
     DIR *d = opendir(c->dir);
     if (!d) return;
@@ -207,7 +207,7 @@ static void sweep_dead_runs(rcache *c)
 /* Makes the run directory, once: the lock first (held for the cache's life; re-made if a
  * sweeper of another process removed it between our open and flock), then the directory,
  * then the sweep of dead runs. Under c->mu: the first insert of a run waits for it. */
-static int ensure_dir(rcache *c)
+static int ensure_dir(read_cache *c)
 {
     if (c->dir_state) return c->dir_state;
     c->dir_state = -1;
@@ -229,7 +229,7 @@ static int ensure_dir(rcache *c)
 
 /* ---- entries (under mu) ---- */
 
-static void lru_unlink(rcache *c, cache_entry *e)
+static void lru_unlink(read_cache *c, cache_entry *e)
 {
     if (e->prev) e->prev->next = e->next;
     else c->lru_head = e->next;
@@ -238,7 +238,7 @@ static void lru_unlink(rcache *c, cache_entry *e)
     e->prev = e->next = NULL;
 }
 
-static void lru_push_front(rcache *c, cache_entry *e)
+static void lru_push_front(read_cache *c, cache_entry *e)
 {
     e->next = c->lru_head;
     if (c->lru_head) c->lru_head->prev = e;
@@ -247,7 +247,7 @@ static void lru_push_front(rcache *c, cache_entry *e)
 }
 
 /* Takes e out of the map and the list; the caller frees it (and its file) after unlocking. */
-static void detach(rcache *c, cache_entry *e)
+static void detach(read_cache *c, cache_entry *e)
 {
     cache_entry *head = u64map_get(&c->map, e->hash);
     if (head == e) {
@@ -262,7 +262,7 @@ static void detach(rcache *c, cache_entry *e)
     c->nentries--;
 }
 
-static void entry_free(rcache *c, cache_entry *e)
+static void entry_free(read_cache *c, cache_entry *e)
 {
     if (e->has_file) {
         char path[4096];
@@ -277,7 +277,7 @@ static void entry_free(rcache *c, cache_entry *e)
 /* Detaches onto *gone the unreferenced entries that hold nothing, are idle longer than the
  * idle timeout, or (least recently used first) are beyond max-size. The list is in order of
  * last use, so the walk from the tail stops at the first unreferenced entry that may stay. */
-static void evict(rcache *c, cache_entry **gone)
+static void evict(read_cache *c, cache_entry **gone)
 {
     uint64_t now = now_ms();
     for (cache_entry *e = c->lru_tail, *prev; e; e = prev) {
@@ -290,7 +290,7 @@ static void evict(rcache *c, cache_entry **gone)
     }
 }
 
-static void free_list(rcache *c, cache_entry *gone)
+static void free_list(read_cache *c, cache_entry *gone)
 {
     while (gone) {
         cache_entry *n = gone->hnext;
@@ -300,7 +300,7 @@ static void free_list(rcache *c, cache_entry *gone)
 }
 
 /* A new entry for uri at the head of its hash chain, or NULL (out of memory). */
-static cache_entry *entry_new(rcache *c, const char *uri, uint64_t h)
+static cache_entry *entry_new(read_cache *c, const char *uri, uint64_t h)
 {
     cache_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->uri = strdup(uri))) {
@@ -319,7 +319,7 @@ static cache_entry *entry_new(rcache *c, const char *uri, uint64_t h)
     return e;
 }
 
-cache_entry *cache_acquire(rcache *c, const char *uri)
+cache_entry *cache_acquire(read_cache *c, const char *uri)
 {
     if (!c || c->max_bytes == 0) return NULL;
     uint64_t h = uri_hash(uri);
@@ -338,7 +338,7 @@ cache_entry *cache_acquire(rcache *c, const char *uri)
     return e;
 }
 
-void cache_release(rcache *c, cache_entry *e)
+void cache_release(read_cache *c, cache_entry *e)
 {
     if (!c || !e) return;
     cache_entry *gone = NULL;
@@ -352,7 +352,7 @@ void cache_release(rcache *c, cache_entry *e)
     free_list(c, gone);
 }
 
-void cache_expire(rcache *c)
+void cache_expire(read_cache *c)
 {
     if (!c) return;
     cache_entry *gone = NULL;
@@ -416,7 +416,7 @@ static int file_io(const char *path, int write, uint64_t off, size_t len, void *
     return done == len ? 0 : -EIO;
 }
 
-int cache_read(rcache *c, cache_entry *e, uint64_t off, size_t len, void *dst)
+int cache_read(read_cache *c, cache_entry *e, uint64_t off, size_t len, void *dst)
 {
     if (!c || !e || len == 0) return 0;
     pthread_mutex_lock(&c->mu);
@@ -428,7 +428,7 @@ int cache_read(rcache *c, cache_entry *e, uint64_t off, size_t len, void *dst)
     return file_io(path, 0, off, len, dst) == 0;
 }
 
-void cache_insert(rcache *c, cache_entry *e, uint64_t off, size_t len, const void *src)
+void cache_insert(read_cache *c, cache_entry *e, uint64_t off, size_t len, const void *src)
 {
     if (!c || !e || len == 0 || len > c->max_bytes) return;
     pthread_mutex_lock(&c->mu);
@@ -451,7 +451,7 @@ void cache_insert(rcache *c, cache_entry *e, uint64_t off, size_t len, const voi
     free_list(c, gone);
 }
 
-void cache_invalidate(rcache *c, cache_entry *e)
+void cache_invalidate(read_cache *c, cache_entry *e)
 {
     if (!c || !e) return;
     pthread_mutex_lock(&c->mu);
@@ -461,7 +461,7 @@ void cache_invalidate(rcache *c, cache_entry *e)
     pthread_mutex_unlock(&c->mu);
 }
 
-uint64_t cache_bytes(rcache *c)
+uint64_t cache_bytes(read_cache *c)
 {
     if (!c) return 0;
     pthread_mutex_lock(&c->mu);
@@ -470,7 +470,7 @@ uint64_t cache_bytes(rcache *c)
     return b;
 }
 
-size_t cache_entries(rcache *c)
+size_t cache_entries(read_cache *c)
 {
     if (!c) return 0;
     pthread_mutex_lock(&c->mu);
@@ -479,7 +479,7 @@ size_t cache_entries(rcache *c)
     return n;
 }
 
-void rcache_free(rcache *c)
+void cache_free(read_cache *c)
 {
     if (!c) return;
     while (c->lru_head) {
@@ -506,51 +506,39 @@ void rcache_free(rcache *c)
 
 int cache_open(dstl_storage *s)
 {
-    if (s->rcache) return 0;
+    if (s->locked.cache) return 0;
     char dflt[4096];
-    const char *dir = s->cv.cache_dir;
+    const char *dir = s->conf.cache_dir;
     if (!*dir) {
         snprintf(dflt, sizeof dflt, "%s/cache", s->local_dir);
         dir = dflt;
     }
-    rcache_opts o = {.dir = dir, .run_id = s->run_id, .max_size_bytes = s->cv.cache_max_size_bytes,
-                     .idle_timeout_ms = s->cv.cache_idle_timeout_ms};
-    int rc = rcache_new(&o, &s->rcache);
+    cache_opts o = {.dir = dir, .run_id = s->run_id, .max_size_bytes = s->conf.cache_max_size_bytes,
+                     .idle_timeout_ms = s->conf.cache_idle_timeout_ms};
+    int rc = cache_new(&o, &s->locked.cache);
     return rc < 0 ? err_fail(rc, "reader cache %s: out of memory", dir) : 0;
 }
 
 void cache_close(dstl_storage *s)
 {
-    rcache_free(s->rcache);
-    s->rcache = NULL;
+    cache_free(s->locked.cache);
+    s->locked.cache = NULL;
 }
 
-rcache *cache_get(dstl_storage *s)
+read_cache *cache_get(dstl_storage *s)
 {
     pthread_mutex_lock(&s->mu);
-    if (!s->rcache) cache_open(s);
-    rcache *c = s->rcache;
+    if (!s->locked.cache) cache_open(s);
+    read_cache *c = s->locked.cache;
     pthread_mutex_unlock(&s->mu);
     return c;
-}
-
-void cache_stats_add(dstl_storage *s, dstl_stats *st)
-{
-    st->remote_requests += atomic_load_explicit(&s->st_rd_requests, memory_order_relaxed);
-    st->remote_retries += atomic_load_explicit(&s->st_rd_retries, memory_order_relaxed);
-    st->hedged_attempts += atomic_load_explicit(&s->st_rd_hedges, memory_order_relaxed);
-    st->remote_failures += atomic_load_explicit(&s->st_rd_failures, memory_order_relaxed);
-    st->remote_bytes_read += atomic_load_explicit(&s->st_rd_bytes, memory_order_relaxed);
-    st->cache_hits += atomic_load_explicit(&s->st_cache_hits, memory_order_relaxed);
-    st->cache_misses += atomic_load_explicit(&s->st_cache_misses, memory_order_relaxed);
-    st->local_read_fallbacks += atomic_load_explicit(&s->st_rd_local_fallbacks, memory_order_relaxed);
 }
 
 /* ---- clients ---- */
 
 int cache_client_take(dstl_storage *s, s3_client **out)
 {
-    rcache *c = cache_get(s);
+    read_cache *c = cache_get(s);
     s3_client *cli = NULL;
     if (c) {
         pthread_mutex_lock(&c->mu);
@@ -561,13 +549,13 @@ int cache_client_take(dstl_storage *s, s3_client **out)
         *out = cli;
         return 0;
     }
-    return remote_client_new(&s->cv, out);
+    return remote_client_new(&s->conf, out);
 }
 
 void cache_client_give(dstl_storage *s, s3_client *cli)
 {
     if (!cli) return;
-    rcache *c = cache_get(s);
+    read_cache *c = cache_get(s);
     if (c && s3_client_pending(cli) == 0) {
         pthread_mutex_lock(&c->mu);
         int kept = c->npool < CLIENT_POOL_MAX;

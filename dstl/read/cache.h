@@ -32,7 +32,7 @@
 #include "dstl.h"
 #include "s3/s3.h"
 
-typedef struct rcache rcache;
+typedef struct read_cache read_cache;
 typedef struct cache_entry cache_entry;
 
 typedef struct {
@@ -40,53 +40,50 @@ typedef struct {
     const char *run_id;         /* names this run's subdirectory */
     uint64_t max_size_bytes;    /* 0: nothing is cached */
     uint64_t idle_timeout_ms;
-} rcache_opts;
+} cache_opts;
 
 /* A cache over o (strings copied). No I/O. Returns 0 or -ENOMEM. */
-int rcache_new(const rcache_opts *o, rcache **out);
+int cache_new(const cache_opts *o, read_cache **out);
 /* Frees the entries and pooled clients, removes this run's directory and lock. No entry may be
  * referenced. NULL is fine. Blocking (unlink). */
-void rcache_free(rcache *c);
+void cache_free(read_cache *c);
 
 /* ---- the storage's cache: the two calls storage.c makes, and the lazy accessor ---- */
 
-/* Creates s->rcache from s->cv (dir, max size, idle timeout) and s->run_id, unless it exists.
+/* Creates s->locked.cache from s->conf (dir, max size, idle timeout) and s->run_id, unless it exists.
  * Call once the storage's mutex is initialized and before it is shared (or under s->mu).
  * Returns 0 or -ENOMEM. No I/O. */
 int cache_open(dstl_storage *s);
-/* rcache_free(s->rcache); every reader must be closed. NULL-safe, idempotent. */
+/* cache_free(s->locked.cache); every reader must be closed. NULL-safe, idempotent. */
 void cache_close(dstl_storage *s);
-/* s->rcache, made under s->mu on first use when storage.c did not call cache_open. NULL only
+/* s->locked.cache, made under s->mu on first use when storage.c did not call cache_open. NULL only
  * when out of memory (readers then fetch without caching). */
-rcache *cache_get(dstl_storage *s);
-/* Adds the readers' counters (remote GETs, bytes, retries, hedges, failures; cache hits and
- * misses; local copies fallen back from) into *st. For dstl_storage_stats; lock-free (atomics). */
-void cache_stats_add(dstl_storage *s, dstl_stats *st);
+read_cache *cache_get(dstl_storage *s);
 
 /* ---- entries ---- */
 
 /* The entry of object uri ("s3://bucket/key"), made if absent, with a reference the caller
  * releases. NULL when caching is disabled or out of memory (the caller fetches uncached). */
-cache_entry *cache_acquire(rcache *c, const char *uri);
+cache_entry *cache_acquire(read_cache *c, const char *uri);
 /* Drops the reference; the entry's idle time starts when the last one goes. NULL is fine. */
-void cache_release(rcache *c, cache_entry *e);
+void cache_release(read_cache *c, cache_entry *e);
 
 /* Copies [off, off + len) of the object into dst when cached. Returns 1 (copied), 0 (not
  * cached, or its file could not be read: the caller fetches). Blocking (pread). */
-int cache_read(rcache *c, cache_entry *e, uint64_t off, size_t len, void *dst);
+int cache_read(read_cache *c, cache_entry *e, uint64_t off, size_t len, void *dst);
 /* Keeps [off, off + len) of the object (bytes already verified). Best effort: a failure to
  * write, or a range larger than max-size, just leaves it uncached. Evicts unreferenced entries
  * beyond max-size. Blocking (open, pwrite). */
-void cache_insert(rcache *c, cache_entry *e, uint64_t off, size_t len, const void *src);
+void cache_insert(read_cache *c, cache_entry *e, uint64_t off, size_t len, const void *src);
 /* Forgets everything cached of e (its bytes failed a check). */
-void cache_invalidate(rcache *c, cache_entry *e);
+void cache_invalidate(read_cache *c, cache_entry *e);
 /* Removes the unreferenced entries idle longer than the idle timeout (done by every acquire,
  * release and insert too). */
-void cache_expire(rcache *c);
+void cache_expire(read_cache *c);
 
 /* Bytes cached now, and entries (for tests and stats). */
-uint64_t cache_bytes(rcache *c);
-size_t cache_entries(rcache *c);
+uint64_t cache_bytes(read_cache *c);
+size_t cache_entries(read_cache *c);
 
 /* ---- S3 clients for readers ---- */
 

@@ -50,7 +50,8 @@
 
 #include "dstl/read/cache.h"
 #include "dstl/err.h"
-#include "dstl/internal.h"
+#include "dstl/handle.h"
+#include "dstl/storage.h"
 #include "dstl/remote/remote.h"
 #include "dstl/local/segstore.h"
 
@@ -135,7 +136,7 @@ struct dstl_reader {
     char loc_err[512];
     s3_client *cli;                 /* taken on the first remote piece */
     s3_stats counted;               /* cli's counters already added to the storage's */
-    rcache *cache;
+    read_cache *cache;
     unsigned since_drive;
     int err;                        /* sticky */
     char errmsg[1024];              /* room for both copies' details */
@@ -182,10 +183,10 @@ static void account(dstl_reader *r)
     s3_stats now;
     s3_client_stats(r->cli, &now);
     dstl_storage *s = r->s;
-    atomic_fetch_add_explicit(&s->st_rd_requests, now.requests - r->counted.requests, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->st_rd_retries, now.retries - r->counted.retries, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->st_rd_hedges, now.hedges - r->counted.hedges, memory_order_relaxed);
-    atomic_fetch_add_explicit(&s->st_rd_bytes, now.bytes_received - r->counted.bytes_received, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->rd.requests, now.requests - r->counted.requests, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->rd.retries, now.retries - r->counted.retries, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->rd.hedges, now.hedges - r->counted.hedges, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->rd.bytes, now.bytes_received - r->counted.bytes_received, memory_order_relaxed);
     r->counted = now;
 }
 
@@ -212,7 +213,7 @@ static void use_remote(dstl_reader *r, uint32_t i, int code, const char *msg)
     if (ss->local_err) return;
     ss->local_code = code;
     ss->local_err = strdup(msg);
-    atomic_fetch_add_explicit(&r->s->st_rd_local_fallbacks, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&r->s->rd.local_fallbacks, 1, memory_order_relaxed);
 }
 
 static int seg_source(dstl_reader *r, uint32_t i)
@@ -255,7 +256,7 @@ static void on_get(void *ctx, const s3_result *res)
     if (j->state == J_FAILED) return;
     const wire_seg_ref *sg = job_seg(j);
     if (res->err < 0) {
-        atomic_fetch_add_explicit(&j->r->s->st_rd_failures, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&j->r->s->rd.failures, 1, memory_order_relaxed);
         if (res->err == -ENOENT)
             job_fail(j, -ENOENT, "segment %s: not found in the remote store (%s)", j->where, res->error);
         else
@@ -445,8 +446,8 @@ static void section_done(job *j)
     }
     if (j->remote && j->nparts) {
         cache_fetched(j);
-        if (j->fetched) atomic_fetch_add_explicit(&r->s->st_cache_misses, 1, memory_order_relaxed);
-        else atomic_fetch_add_explicit(&r->s->st_cache_hits, 1, memory_order_relaxed);
+        if (j->fetched) atomic_fetch_add_explicit(&r->s->rd.cache_misses, 1, memory_order_relaxed);
+        else atomic_fetch_add_explicit(&r->s->rd.cache_hits, 1, memory_order_relaxed);
     }
     wire_index_free(j->ix);         /* the iterator copied what it needs */
     j->ix = NULL;

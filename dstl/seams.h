@@ -1,9 +1,11 @@
 /*
- * dstl/storage_test.h — test seams of the storage (not part of the public API).
- * Tests and the crash harness open a storage with a fault script on its local store.
+ * dstl/seams.h — test seams of the storage (not part of the public API).
+ * Tests and the crash harness open a storage with faults injected where production has none.
  */
-#ifndef DSTL_STORAGE_TEST_H
-#define DSTL_STORAGE_TEST_H
+#ifndef DSTL_SEAMS_H
+#define DSTL_SEAMS_H
+
+#include <stdint.h>
 
 #include "dstl.h"
 
@@ -17,9 +19,11 @@ typedef struct {
     /* Added to the local wall clock where DSTL reads it (gc's "now" for local files), so a test
      * can show that remote ages are judged on the server's clock, never the local one. */
     int64_t wall_clock_skew_ms;
-} storage_test_opts;
+} storage_seams;
 
-int storage_open_test(const dstl_config *c, const storage_test_opts *t, dstl_storage **out);
+/* dstl_storage_open with seams (NULL: none, which is dstl_storage_open). */
+int storage_open_with_seams(const dstl_config *c, const storage_seams *seams, dstl_storage **out);
+
 /* This storage run's id (the prefix of its segment names). */
 const char *storage_run_id(const dstl_storage *s);
 

@@ -1,0 +1,64 @@
+/*
+ * dstl/future.h — persist futures and their protocol.
+ *
+ * Owns: the dstl_future object (its fields are this file's alone: dstl/future.c), its pieces
+ * and pins, and the waiter lists that tie a future to the pipeline sections it waits for.
+ *
+ * The protocol, every step with the storage mutex (s->mu) held:
+ *   1. dstl_persist builds a future: future_new, then for each writer range over [from, to):
+ *      future_add_piece for a durable one (its segment is pinned at once), future_wait_on
+ *      for one in flight (a waiter on that section's list: one piece outstanding, one
+ *      reference); then future_build_end.
+ *   2. When a section's batch ends, the pipeline calls future_section_ended on its waiter
+ *      list: each waiting future takes its piece (or the failure) and drops the waiter's
+ *      reference.
+ *   3. The future completes — once — when the build has ended and no piece is outstanding:
+ *      it builds its handle, makes it live in the registry (the pins become the handle's
+ *      references) or drops the pins on failure, and wakes dstl_future_wait.
+ * Waiting, dstl_future_done/result/free: any thread (the future's own mutex; lock order is
+ * s->mu, then the future's).
+ */
+#ifndef DSTL_FUTURE_H
+#define DSTL_FUTURE_H
+
+#include <stdint.h>
+
+#include "dstl.h"
+#include "dstl/metrics.h"
+#include "dstl/registry.h"
+#include "wire/wire.h"
+
+/* What a future needs of its storage (fixed at open; the pointers' objects are under s->mu). */
+typedef struct future_ctx {
+    registry *reg;
+    storage_counters *counters;
+    const char *run_id;
+    const char *remote_uri;     /* written into handles ("" when local only) */
+} future_ctx;
+
+/* One future waiting on a section of a batch (records [lo, hi) of it). */
+typedef struct future_waiter future_waiter;
+typedef struct future_waitlist {
+    future_waiter *head;
+} future_waitlist;
+
+/* A future under construction for the writer's records [from, to), checkpoint cp. NULL when
+ * out of memory. */
+dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t writer_incarnation, uint64_t cp,
+                        uint64_t from, uint64_t to);
+/* Records [lo, hi) are durable in section sec_index of g, at loc: a piece, g pinned. 0 or
+ * -ENOMEM. */
+int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const wire_section_loc *loc, uint64_t lo,
+                     uint64_t hi);
+/* Records [lo, hi) are in flight in the section whose waiter list is wl. 0 or -ENOMEM. */
+int future_wait_on(dstl_future *f, future_waitlist *wl, uint64_t lo, uint64_t hi);
+/* The build is over: err < 0 when it failed part way (the detail is dstl_last_error's);
+ * size is the payload bytes of [from, to), or UINT64_MAX when not known exactly. Completes
+ * the future when nothing is outstanding. */
+void future_build_end(dstl_future *f, int err, uint64_t size);
+/* The batch holding the section of wl ended: res 0 = durable in section sec_index of g at loc;
+ * else failed with detail. Every waiter takes its piece or the failure; wl is emptied. */
+void future_section_ended(future_waitlist *wl, int res, const char *detail, run_segment *g, uint32_t sec_index,
+                          const wire_section_loc *loc);
+
+#endif

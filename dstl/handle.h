@@ -1,0 +1,30 @@
+/*
+ * dstl/handle.h — the handle object behind include/dstl.h, and segment names.
+ *
+ * A dstl_handle wraps one wire_handle (wire/FORMAT.md); it is immutable after creation and
+ * may be shared between threads. Its identity, what dstl_handle_discard matches, is the
+ * registry's (reg_handle_ident). A leaf: depends on wire/ only.
+ */
+#ifndef DSTL_HANDLE_H
+#define DSTL_HANDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+#include "wire/wire.h"
+
+struct dstl_handle {
+    wire_handle *wh;
+};
+
+/* A handle owning wh, or NULL when out of memory (wh is then still the caller's). */
+dstl_handle *handle_wrap(wire_handle *wh);
+
+/* Segment names: "<run id>-<segment no, 12 decimal digits>.seg"; the run id is 16 random hex
+ * digits chosen at dstl_storage_open, so names are unique per run. */
+void segment_name_format(const char *run_id, uint64_t no, char *buf, size_t cap);
+/* Splits a name of that shape into run id (cap bytes) and number: 0, or -EINVAL. */
+int segment_name_parse(const char *name, char *run_id, size_t cap, uint64_t *no);
+
+#endif

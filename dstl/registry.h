@@ -1,0 +1,81 @@
+/*
+ * dstl/registry.h — which segments this storage run still needs, and when they go.
+ *
+ * Owns: the run's segments (`run_segment`, one per segment this run wrote or is writing) and
+ * the table of live (not discarded) handles. Every segment has two counts:
+ *   section_refs — writer ranges in it that are not truncated and whose writer is open;
+ *   handle_refs  — live handles that reference it, plus pins held by futures being built.
+ * A segment is queued for deletion (`delete_head`) exactly when both reach zero; the pipeline
+ * thread drains that queue. Pins make FLINK-28440 impossible by construction: a piece joins a
+ * future only with its pin taken, and the pin becomes the live handle's reference before the
+ * future completes, so no truncate or discard in between can drop the last count.
+ * Segments that earlier runs wrote are never in the registry: only dstl_gc removes them.
+ *
+ * Threads: every function and field here is used with the storage mutex (s->mu) held.
+ * Depends on wire/ (handle identity) and u64map only.
+ */
+#ifndef DSTL_REGISTRY_H
+#define DSTL_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl/u64map.h"
+#include "wire/wire.h"
+
+/* A segment of this run. */
+typedef struct run_segment {
+    uint64_t no;
+    char name[64];
+    uint64_t size, footer_offset;
+    uint32_t footer_len, footer_crc;
+    int durable;
+    int has_local, has_remote;  /* where its copies are (set when it became durable) */
+    int uploading;              /* its upload still runs: deletion waits */
+    int section_refs;           /* untruncated writer ranges in it */
+    int handle_refs;            /* live handles and pins of futures under construction */
+    int deleting;               /* queued in delete_head, or being deleted */
+    struct run_segment *next_delete;
+} run_segment;
+
+typedef struct registry {
+    const char *run_id;         /* names the segments: "<run id>-<no, 12 digits>.seg" */
+    uint64_t next_seg_no;
+    u64map segs;                /* no -> run_segment */
+    u64map live;                /* handle identity hash -> chain of live handles */
+    run_segment *delete_head;   /* counts reached zero: for the pipeline thread to delete */
+} registry;
+
+void reg_init(registry *reg, const char *run_id);
+/* Frees every segment entry and live handle (the storage is closing). */
+void reg_destroy(registry *reg);
+
+/* The next segment of the run, registered (not durable yet). NULL when out of memory. */
+run_segment *reg_new_segment(registry *reg);
+/* Forgets a segment that never became durable (nothing refers to it). Frees it. */
+void reg_forget(registry *reg, run_segment *g);
+/* A deleted segment leaves the registry. Frees it. */
+void reg_deleted(registry *reg, run_segment *g);
+
+/* A writer range became durable in g / no longer needs it (truncated, writer closed). */
+void reg_section_add(run_segment *g);
+void reg_section_release(registry *reg, run_segment *g);
+/* A future under construction keeps g / lets it go. */
+void reg_pin(run_segment *g);
+void reg_unpin(registry *reg, run_segment *g);
+
+/* Makes the handle wh live. segs[0..n) are pinned segments (a malloc'd array the registry
+ * takes): the pins become the handle's references, or are dropped when an equal handle is
+ * live already (a repeated persist). 0 or -ENOMEM (segs is then still the caller's, pins
+ * untouched). */
+int reg_live_add(registry *reg, const wire_handle *wh, run_segment **segs, size_t n);
+/* Drops the references of the live handle equal to wh; a no-op when none is (discarded
+ * before, or another run's). 0 or -ENOMEM. */
+int reg_live_discard(registry *reg, const wire_handle *wh);
+
+/* A handle's identity: a hash of (run, writer, writer incarnation, checkpoint, from, to),
+ * and with key set, its full text (malloc'd) to tell equal hashes apart. What discard
+ * matches, so a handle parsed back from bytes discards what persist's handle holds. */
+uint64_t reg_handle_ident(const wire_handle *wh, char **key);
+
+#endif

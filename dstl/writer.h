@@ -1,0 +1,107 @@
+/*
+ * dstl/writer.h — writers: their records (chunks), the ranges they hand to the pipeline,
+ * and the pool chunks are recycled through.
+ *
+ * Owns: struct dstl_writer, `chunk`, `range`, `chunk_pool`.
+ * Threads: a writer's append state belongs to the thread using the writer (appends take no
+ * lock and make no syscall); its range list and truncation point are under the storage mutex
+ * s->mu, which the pipeline takes to mark ranges durable or failed; the chunk pool has its own
+ * mutex (writers allocate without s->mu).
+ */
+#ifndef DSTL_WRITER_H
+#define DSTL_WRITER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+#include "dstl/registry.h"
+#include "wire/wire.h"
+
+struct pipeline_section;
+
+/* A block of pending records in wire's pending-record format. Chunks grow from
+ * CHUNK_MIN to CHUNK_MAX so an idle writer costs little and a busy one few mallocs. */
+typedef struct chunk {
+    struct chunk *next;
+    uint64_t seq_first;         /* seq of the first record in data */
+    uint64_t nrec;
+    uint64_t payload_first;     /* the writer's cumulative payload bytes before this chunk */
+    size_t used, cap;
+    uint8_t data[];
+} chunk;
+
+#define CHUNK_MIN (4u << 10)    /* 4 KiB: 1,000 idle writers hold 4 MiB */
+#define CHUNK_MAX (1u << 20)    /* 1 MiB: a busy writer mallocs once per ~10,000 small records */
+#define CHUNK_CLASSES 9         /* 4 KiB .. 1 MiB, powers of two */
+/* Freed chunks are kept for reuse up to this many bytes per storage: a fresh page costs a
+ * fault on first touch (microseconds on a VM), which made faults the largest cost of
+ * appending; 16 MiB is tens of milliseconds of appends at hundreds of MB/s, and with the
+ * segment buffer pool stays inside the 64 MiB of RSS the design allows beyond max-in-flight. */
+#define CHUNK_POOL_BYTES (16u << 20)
+
+/* Freed chunks by size class. */
+typedef struct chunk_pool {
+    pthread_mutex_t mu;
+    chunk *free_list[CHUNK_CLASSES];
+    size_t bytes;
+} chunk_pool;
+
+void chunk_pool_init(chunk_pool *p);
+void chunk_pool_destroy(chunk_pool *p);
+
+enum { RANGE_INFLIGHT = 0, RANGE_DURABLE = 1, RANGE_FAILED = 2 };
+
+/* A range of one writer's records handed to the pipeline, in seq order in w->ranges.
+ * Guarded by s->mu; while INFLIGHT the pipeline reads its spans and the writer only reads
+ * its fields. */
+typedef struct range {
+    struct range *next;
+    uint64_t seq_first, seq_end;
+    uint64_t payload_first;     /* cumulative payload bytes before seq_first */
+    uint64_t payload_bytes;     /* payload bytes of its records */
+    uint64_t rec_bytes;         /* bytes in pending-record format */
+    uint64_t enc_reserve;       /* in-flight room reserved for its encoded copy (admission) */
+    int state;
+    int truncated;              /* truncated while in flight: drop when the batch ends */
+    wire_span *spans;           /* the records, while not durable (chunks outlive them) */
+    size_t nspans;
+    struct pipeline_section *sec; /* INFLIGHT: its section in the pipeline */
+    run_segment *seg;           /* DURABLE: where it is */
+    uint32_t sec_index;
+    wire_section_loc loc;
+} range;
+
+struct dstl_writer {
+    dstl_storage *s;
+    char *id;
+    uint32_t kg_first, kg_last;
+    uint64_t incarnation;                   /* this opening of id in the run (handle identity) */
+    struct dstl_writer *next_open;          /* the storage's open writers, under s->mu */
+
+    /* owned by the writer thread */
+    chunk *head, *tail;
+    uint64_t next_seq;
+    uint64_t payload_total;                 /* cumulative payload bytes of all appends */
+    chunk *sent_chunk;                      /* first unsent record: chunk and offset */
+    size_t sent_off;
+    uint64_t sent_seq, sent_payload;
+    uint64_t unsent_bytes;                  /* pending-record bytes not yet handed off */
+    uint64_t preempt_bytes;                 /* = dstl.preemptive-persist-threshold */
+    /* Cumulative payload at recent dstl_writer_next_seq() answers, so a persist from a
+     * point the backend read (its materialization point) knows its size exactly. */
+    uint64_t mark_seq[8], mark_payload[8];
+    unsigned mark_i;
+
+    /* guarded by s->mu */
+    range *ranges, *ranges_tail;
+    uint64_t trunc_seq;                     /* records below are no longer needed */
+    unsigned inflight_ranges;
+
+    /* stats, written by the writer thread only, read by dstl_storage_stats */
+    _Atomic uint64_t st_appends, st_append_bytes;
+};
+
+#endif
