@@ -1,0 +1,425 @@
+/*
+ * dstl/pipeline/batch.c — a batch's life on the pipeline thread: encoded into one segment
+ * (one section per writer range), its local copy written by the local store and its remote
+ * copy uploaded from the same buffer, ended at the configured durability point (its ranges
+ * become durable or failed, its futures take their pieces), reaped once both copies are done.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dstl/clock.h"
+#include "dstl/err.h"
+#include "dstl/future.h"
+#include "dstl/local/segstore.h"
+#include "dstl/pipeline/pipeline_int.h"
+#include "dstl/registry.h"
+#include "dstl/remote/remote.h"
+#include "dstl/storage.h"
+#include "s3/s3.h"
+
+/* The in-flight room a hand-off reserves beyond its records for its share of the segment it
+ * lands in: the segment's header, trailer and footer fields and its section's index entry
+ * with its key-group runs (about 25 bytes each: 4 KiB is ~150 runs). A segment that needs
+ * more waits for the room like any hand-off (seg_alloc). */
+#define SECTION_RESERVE_BYTES 4096u
+
+uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes)
+{
+    /* Re-framed records are never larger than their pending form (a varint seq gap and length,
+     * at most 6 bytes below 2 M records and 2 MiB, against an 8-byte header and padding). */
+    return rec_bytes + SECTION_RESERVE_BYTES + (s->conf.compression != CFG_COMP_NONE ? rec_bytes : 0);
+}
+
+/* Unlinks a truncated range from its writer's list once the pipeline is done with it. */
+static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
+{
+    range *prev = NULL;
+    for (range *q = w->ranges; q && q != r; q = q->next) prev = q;
+    if (prev) prev->next = r->next;
+    else w->ranges = r->next;
+    if (w->ranges_tail == r) w->ranges_tail = prev;
+    if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
+    range_free(r);
+}
+
+void range_free(range *r)
+{
+    if (!r) return;
+    free(r->spans);
+    free(r);
+}
+
+void batch_free(batch *b)
+{
+    if (b->counted_buf) {
+        dstl_storage *s = b->s;
+        pthread_mutex_lock(&s->mu);
+        s->locked.pipe.in_flight_bytes -= b->counted_buf;
+        pthread_cond_broadcast(&s->room_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+    for (pipeline_section *x = b->head, *next; x; x = next) {
+        next = x->next;
+        free(x);
+    }
+    wire_segment_out_free(&b->out);
+    free(b);
+}
+
+/* s->mu held.
+ * DURABILITY: acknowledgements are released here. With res 0 the segment is on stable storage
+ * at the configured level — local: written, fdatasync'ed and its directory entry fsync'ed
+ * (on_written); remote: the upload acknowledged by S3 while the run's lease was valid
+ * (batch_progress) — so every future waiting on its sections may complete. A crash before
+ * this point leaves at most an unreferenced file or object that dstl gc removes; one after it
+ * loses nothing a completed future points at. */
+void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
+{
+    run_segment *g = b->g;
+    b->ended = 1;
+    b->end_res = res;
+    if (res == 0) {
+        g->durable = 1;
+        g->has_local = b->local_done && b->local_res == 0;
+        g->has_remote = b->remote_done && b->remote_res == 0;
+        s->locked.stats.segments++;
+        s->locked.stats.segment_bytes += b->out.len;
+    } else if (g) {
+        /* Never durable, never referenced: forget it. Its file, if any is left (a fail-stop
+         * store keeps what it has), is an orphan for dstl gc. */
+        reg_forget(&s->locked.reg, g);
+        g = b->g = NULL;
+        if (res == -EIO) s->locked.store_err = res;
+    }
+    s->locked.pipe.in_flight_bytes -= b->bytes + b->reserve;    /* records; a reserve never encoded */
+    b->reserve = 0;
+    if (b->pending_io == 0) {
+        /* Both copies are done, so the encoded buffer is free too: release it with the records,
+         * before any future sees its completion (a caller that waited for its persist finds the
+         * room it left). An upload still running keeps it counted until batch_free. */
+        s->locked.pipe.in_flight_bytes -= b->counted_buf;
+        b->counted_buf = 0;
+    }
+    for (pipeline_section *x = b->head; x; x = x->next) {
+        range *r = x->r;
+        dstl_writer *w = x->w;
+        r->sec = NULL;
+        if (res == 0) {
+            r->state = RANGE_DURABLE;
+            r->seg = g;
+            r->sec_index = x->index;
+            r->loc = b->out.secs[x->index];
+            free(r->spans);            /* durable: reads go to the segment from now on */
+            r->spans = NULL;
+            r->nspans = 0;
+            reg_section_add(g);
+        } else {
+            r->state = RANGE_FAILED;
+        }
+        future_section_ended(&x->waiters, res, detail, g, x->index, res == 0 ? &r->loc : NULL);
+        w->inflight_ranges--;
+        if (r->truncated) drop_truncated(s, w, r);
+    }
+    pthread_cond_broadcast(&s->room_cv);
+    pthread_cond_broadcast(&s->range_cv);
+}
+
+/* The durability point: local = the local copy is durable; remote = the object is complete
+ * (the local copy, when it failed, is simply absent: readers go to the object store) and the
+ * run's lease still valid then. */
+void batch_progress(dstl_storage *s, batch *b)
+{
+    if (!b->ended) {
+        int remote = s->loop.s3 != NULL, durable_remote = s->conf.durability == CFG_DURABILITY_REMOTE;
+        int res = 0, decided = 0;
+        const char *why = NULL;
+        if (!durable_remote && b->local_done) {
+            res = b->local_res;
+            why = b->local_err;
+            decided = 1;
+        } else if (durable_remote && b->remote_done && (b->local_done || !remote)) {
+            res = b->remote_res;
+            why = b->remote_err;
+            decided = 1;
+            if (res == 0 && lease_check(b->loop, now_ns(), b->remote_err, sizeof b->remote_err) != 0)
+                res = DSTL_EREMOTE;   /* fenced meanwhile: not acknowledged; batch_reap deletes the object */
+        }
+        if (decided) {
+            char detail[1200];
+            snprintf(detail, sizeof detail, "segment %s: %.1024s", b->g->name,
+                     why && *why ? why : dstl_strerror(res));
+            pthread_mutex_lock(&s->mu);
+            batch_end(s, b, res, detail);
+            pthread_mutex_unlock(&s->mu);
+        }
+    }
+}
+
+static void on_written(void *ctx, int res, const char *detail)
+{
+    batch *b = ctx;
+    b->local_done = 1;
+    b->local_res = res;
+    if (res < 0) snprintf(b->local_err, sizeof b->local_err, "%s", detail && *detail ? detail : dstl_strerror(res));
+    if (res == -EIO) {
+        pthread_mutex_lock(&b->s->mu);
+        if (!b->s->locked.store_err) snprintf(b->s->locked.store_err_msg, sizeof b->s->locked.store_err_msg, "%s", b->local_err);
+        b->s->locked.store_err = res;
+        pthread_mutex_unlock(&b->s->mu);
+    }
+    b->pending_io--;
+    batch_progress(b->s, b);
+}
+
+static void on_uploaded(void *ctx, const s3_result *r)
+{
+    batch *b = ctx;
+    dstl_storage *s = b->s;
+    b->op = NULL;
+    b->remote_done = 1;
+    if (r->err == 0) {
+        pthread_mutex_lock(&s->mu);
+        histo_add(&s->locked.stats.upload_lat_us, (now_ns() - b->flushed_ns) / 1000);
+        pthread_mutex_unlock(&s->mu);
+    }
+    /* One code for "the remote store failed after every attempt" (include/dstl.h); the detail keeps
+     * the cause (refused, timed out, 503 SlowDown, cancelled at the bound, ...). */
+    b->remote_res = r->err == 0 ? 0 : r->err == -ENOMEM ? -ENOMEM : DSTL_EREMOTE;
+    pthread_mutex_lock(&s->mu);
+    if (b->ended && b->end_res == 0) {
+        b->g->uploading = 0;          /* ended earlier (durability local): the copy is in now */
+        b->g->has_remote = r->err == 0;
+    } else if (b->g) {
+        b->g->uploading = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r->err) {
+        if (r->err == -ECANCELED)
+            snprintf(b->remote_err, sizeof b->remote_err,
+                     "upload s3://%s/%.300s gave up at the bound of dstl.upload.max-attempts x dstl.upload.timeout",
+                     s->remote.bucket, b->key);
+        else snprintf(b->remote_err, sizeof b->remote_err, "%s", r->error);
+        pthread_mutex_lock(&s->mu);
+        s->locked.stats.remote_failures++;
+        pthread_mutex_unlock(&s->mu);
+    }
+    b->pending_io--;
+    batch_progress(s, b);
+}
+
+static void on_orphan_deleted(void *ctx, const s3_result *r)
+{
+    (void)r;                  /* on failure the object stays as an orphan for dstl gc */
+    free(ctx);
+}
+
+/* Frees batches whose copies are all done; a failed batch's copies are removed. */
+void batch_reap(pipeline_loop *loop)
+{
+    dstl_storage *s = loop->s;
+    for (batch **pp = &loop->inflight_list; *pp;) {
+        batch *b = *pp;
+        if (b->pending_io > 0 || !b->ended) {
+            pp = &b->next_inflight;
+            continue;
+        }
+        *pp = b->next_inflight;
+        if (b->end_res != 0 && b->local_done && b->local_res == 0) {
+            /* Never acknowledged: its local file is garbage now (the upload removes its own
+             * leftovers); a crash before this unlink leaves an orphan for dstl gc. */
+            segstore_unlink(s->store, b->name);
+        }
+        if (b->end_res == 0 && b->local_done && b->local_res != 0) {
+            /* Durable in the object store, but the local write failed: whatever the file holds
+             * is not to be trusted, so readers must not find it (they go to the object store). */
+            segstore_unlink(s->store, b->name);
+        }
+        if (b->end_res != 0 && b->remote_done && b->remote_res == 0) {
+            /* The local copy failed (durability local) but the object landed: nothing refers
+             * to it; delete it now rather than leave it to dstl gc. */
+            char *key = strdup(b->key);
+            if (key && s3_delete_object(s->loop.s3, s->remote.bucket, key, NULL, on_orphan_deleted, key) < 0) free(key);
+        }
+        batch_free(b);
+    }
+}
+
+/* The encoder's allocator for batch ctx's segment buffer: it trades the batch's encoding
+ * reserves for the buffer's real size under s->mu. When the buffer needs more room than the
+ * reserves and dstl.upload.max-in-flight has none, and other segments are being written
+ * (their end brings room), it refuses (NULL) and the flush waits, its need (flush_need)
+ * going before any new hand-off; with nothing else being written it goes ahead (it could
+ * never get room otherwise). */
+static void *seg_alloc(void *ctx, size_t len)
+{
+    batch *b = ctx;
+    dstl_storage *s = b->s;
+    pipeline_loop *loop = b->loop;
+    pooled_buf *buf = pool_take(&loop->pool, len);
+    size_t cap = buf ? buf->cap : (len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
+    pthread_mutex_lock(&s->mu);
+    uint64_t extra = cap > b->reserve ? cap - b->reserve : 0;
+    if (extra && s->locked.pipe.in_flight_bytes + extra > s->conf.max_in_flight_bytes && loop->inflight_list) {
+        s->locked.pipe.flush_need = extra;
+        b->deferred = 1;
+        pthread_mutex_unlock(&s->mu);
+        pool_put(&loop->pool, buf ? buf + 1 : NULL);
+        return NULL;
+    }
+    s->locked.pipe.in_flight_bytes = s->locked.pipe.in_flight_bytes + cap - b->reserve;
+    b->reserve = 0;
+    b->counted_buf = cap;
+    b->deferred = 0;
+    s->locked.pipe.flush_need = 0;
+    pthread_cond_broadcast(&s->room_cv);
+    pthread_mutex_unlock(&s->mu);
+    if (!buf && (buf = malloc(sizeof *buf + cap))) buf->cap = cap;
+    return buf ? buf + 1 : NULL;   /* out of memory: the count goes with the batch (batch_end) */
+}
+
+static void seg_release(void *ctx, void *ptr)
+{
+    batch *b = ctx;
+    pool_put(&b->loop->pool, ptr);
+}
+
+/* Whether the open batch's last flush waited for room and still has none (s->mu held). */
+int batch_flush_waits(const pipeline_loop *loop)
+{
+    const dstl_storage *s = loop->s;
+    return loop->open && loop->open->deferred && loop->inflight_list &&
+           s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need > s->conf.max_in_flight_bytes;
+}
+
+/* The remote copy of b will not be made: the batch sees it as failed with code and why. */
+void batch_remote_fail(batch *b, int code, const char *why)
+{
+    dstl_storage *s = b->s;
+    pthread_mutex_lock(&s->mu);
+    if (b->g) b->g->uploading = 0;       /* nothing may wait for an upload that never runs */
+    pthread_mutex_unlock(&s->mu);
+    b->await_lease = 0;
+    b->remote_done = 1;
+    b->remote_res = code;
+    snprintf(b->remote_err, sizeof b->remote_err, "%.1000s", why);
+    b->pending_io--;
+}
+
+void batch_upload_start(pipeline_loop *loop, batch *b)
+{
+    dstl_storage *s = loop->s;
+    b->await_lease = 0;
+    /* DURABILITY: with dstl.durability remote the batch ends when this upload is acknowledged
+     * (PUT, or CompleteMultipartUpload for large segments: s3_upload) and the run's lease is
+     * still valid then; a crash before leaves at most an incomplete upload or an unreferenced
+     * object, which dstl gc removes once the run's lease is stale. */
+    s3_upload_opts uo = {.part_size = s->conf.upload_part_size_bytes,
+                         .multipart_threshold = s->conf.upload_multipart_threshold_bytes, .if_none_match = true};
+    int rc = remote_key(&s->remote, b->g->name, b->key, sizeof b->key);
+    if (rc == 0 && s->seams.fail_upload_start) rc = s->seams.fail_upload_start;
+    if (rc == 0) rc = s3_upload(s->loop.s3, s->remote.bucket, b->key, b->out.buf, b->out.len, &uo, &b->op, on_uploaded, b);
+    if (rc < 0) {
+        char why[800];
+        snprintf(why, sizeof why, "upload s3://%.63s/%.300s: %.100s", s->remote.bucket, b->key, dstl_strerror(rc));
+        batch_remote_fail(b, rc, why);
+    }
+}
+
+/* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
+ * for in-flight room (seg_alloc), leaves it open to try again on a later turn. */
+void batch_flush(pipeline_loop *loop)
+{
+    dstl_storage *s = loop->s;
+    batch *b = loop->open;
+    loop->open = NULL;
+
+    wire_section_in *in = calloc(b->n, sizeof *in);
+    pthread_mutex_lock(&s->mu);
+    if (!b->g) b->g = reg_new_segment(&s->locked.reg);
+    pthread_mutex_unlock(&s->mu);
+    if (!in || !b->g) {
+        free(in);
+        pthread_mutex_lock(&s->mu);
+        s->locked.pipe.q_waiting -= b->n;
+        batch_end(s, b, -ENOMEM, "out of memory building a segment");
+        pthread_mutex_unlock(&s->mu);
+        batch_free(b);
+        return;
+    }
+    /* A range's fields are fixed while it is in flight: the writer only reads them. */
+    uint32_t i = 0;
+    for (pipeline_section *x = b->head; x; x = x->next, i++) {
+        x->index = i;
+        in[i] = (wire_section_in){x->w->id, x->r->seq_first, x->r->seq_end - x->r->seq_first,
+                                  x->r->spans, x->r->nspans};
+    }
+    wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
+                       .compression = s->conf.compression, .alloc = seg_alloc, .release = seg_release,
+                       .alloc_ctx = b};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    wire_err e = {{0}};
+    int rc = wire_segment_encode(&o, in, b->n, &b->out, &e);
+    free(in);
+    if (rc < 0 && b->deferred) {
+        loop->open = b;                 /* waits for room; more ranges may join it meanwhile */
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->locked.pipe.q_waiting -= b->n;             /* written now (or failed): no longer waiting for a batch */
+    pthread_mutex_unlock(&s->mu);
+    if (rc == 0) {
+        /* The encoded copy now counts against dstl.upload.max-in-flight (seg_alloc) as well
+         * as the records it came from (they stay in the writers until durable, for a retry):
+         * the bound is on memory, so peak RSS stays near max-in-flight whatever the load. */
+        b->g->size = b->out.len;
+        b->g->footer_offset = b->out.footer_offset;
+        b->g->footer_len = b->out.footer_len;
+        b->g->footer_crc = b->out.footer_crc;
+        snprintf(b->name, sizeof b->name, "%s", b->g->name);
+        b->flushed_ns = now_ns();
+        pthread_mutex_lock(&s->mu);
+        histo_add(&s->locked.stats.batch_writers, b->n);
+        histo_add(&s->locked.stats.segment_size, b->out.len);
+        pthread_mutex_unlock(&s->mu);
+        b->g->uploading = s->loop.s3 != NULL;
+        b->next_inflight = loop->inflight_list;
+        loop->inflight_list = b;
+        b->pending_io = 1 + (s->loop.s3 != NULL);
+        /* DURABILITY: nothing is durable yet; on_written runs once the store has written,
+         * fdatasync'ed and directory-synced the segment (segstore.h). */
+        rc = segstore_write(s->store, b->g->name, b->out.buf, b->out.len, on_written, b);
+        if (rc < 0) {
+            b->local_done = 1;
+            b->local_res = rc;
+            snprintf(b->local_err, sizeof b->local_err, "%s", dstl_last_error());
+            b->pending_io--;
+        }
+        if (s->loop.s3) {
+            char why[600];
+            int lrc = lease_check(loop, now_ns(), why, sizeof why);
+            if (lrc == -EAGAIN) {
+                /* The run's lease is not written yet: the first upload waits for it. */
+                b->await_lease = 1;
+                lease_start(loop);
+            } else if (lrc < 0) {
+                batch_remote_fail(b, DSTL_EREMOTE, why);
+                loop->lease.next_ns = 0;          /* try a refresh at once */
+            } else {
+                batch_upload_start(loop, b);
+            }
+        }
+        batch_progress(s, b);
+        return;
+    }
+    char why[600];
+    snprintf(why, sizeof why, "segment %s: %s", b->g->name, e.msg);
+    pthread_mutex_lock(&s->mu);
+    batch_end(s, b, rc, why);
+    pthread_mutex_unlock(&s->mu);
+    batch_free(b);
+}

@@ -1,0 +1,148 @@
+/*
+ * dstl/pipeline/pipeline_int.h — the pipeline's own types, shared by its files only
+ * (dstl/pipeline.h is what the rest of the library sees). Everything here belongs to the
+ * pipeline thread, except where a field says it is under s->mu.
+ *
+ *   loop.c     the event loop: queue to open batch, flush decisions, deletes, deadlines
+ *   batch.c    a batch's life: encode, its two copies, the durability point, reaping
+ *   lease.c    the run's lease object
+ *   bufpool.c  reused segment buffers
+ * Calls go loop -> batch -> lease -> (callback) and every file -> bufpool; none go back.
+ */
+#ifndef DSTL_PIPELINE_INT_H
+#define DSTL_PIPELINE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+#include "dstl/pipeline.h"
+#include "dstl/registry.h"
+#include "s3/s3.h"
+#include "wire/wire.h"
+
+/* The future's bound (include/dstl.h): persist-delay + max-attempts x upload.timeout + this,
+ * from the hand-off. A batch whose upload still runs then is cancelled and fails (its records
+ * stay in the writers); one not yet written then fails unwritten. One second covers a slow
+ * last response and the loop's turns. */
+#define REMOTE_SLACK_MS 1000u
+/* The pipeline acts that much before the bound (cancels the upload, fails the batch), so the
+ * failure reaches the futures inside it: the cancel's callback comes on the next turn of the
+ * loop, and the loop wakes at the deadline itself (not on a coarser tick). */
+#define REMOTE_ACT_EARLY_MS 300u
+
+/* A batch lives from its first range until both of its copies are done: the local write
+ * (always: it is the local-recovery copy and the read cache) and the upload (when a remote is
+ * configured). It *ends* — its ranges become durable or failed, its futures take their
+ * pieces — at the configured durability point, which may come before the other copy is done. */
+typedef struct batch {
+    dstl_storage *s;
+    struct batch *next_inflight;
+    pipeline_section *head, **tail;
+    size_t n;
+    uint64_t bytes;
+    uint64_t opened_ns;
+    run_segment *g;
+    wire_segment_out out;
+    int pending_io;             /* copies still being written */
+    int local_done, remote_done;
+    int local_res, remote_res;
+    int ended, end_res;
+    uint64_t remote_deadline_ns;  /* the bound of its earliest range's futures (a remote) */
+    uint64_t flushed_ns;
+    struct s3_op *op;           /* the upload, while it runs */
+    char name[64];              /* the segment's name (the seg may be gone when it failed) */
+    uint64_t reserve;           /* its ranges' encoding reserves, still charged (until encoded) */
+    size_t counted_buf;         /* bytes of the encoded buffer counted in s->locked.pipe.in_flight_bytes */
+    struct pipeline_loop *loop; /* the pipeline's (the segment buffer comes from its pool) */
+    int deferred;               /* the last flush waited for room (flush_need is its need) */
+    int await_lease;            /* its upload waits for the run's first lease */
+    char key[640];
+    char local_err[512], remote_err[1024];
+} batch;
+
+/* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
+ * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header; new
+ * ones are sized to the page, and a pooled one is reused only when it is at most a quarter
+ * larger than asked: every byte of a buffer counts against dstl.upload.max-in-flight while it
+ * holds a segment, so a large buffer must not carry a small one. The pool keeps at most
+ * POOL_MAX_BYTES idle (about one segment at the default persist-size-threshold; outside the
+ * bound, inside the 64 MiB of RSS the design allows beyond it). Pipeline thread only. */
+#define POOL_PAGE 4096u
+#define POOL_MAX_BYTES (16u << 20)
+
+typedef struct pooled_buf {
+    struct pooled_buf *next;
+    size_t cap;
+    max_align_t align_[2];      /* keeps the data after the header aligned */
+} pooled_buf;
+
+typedef struct {
+    pooled_buf *free_list;
+    size_t idle_bytes;
+} buf_pool;
+
+/* The run's lease object (dstl/README.md), pipeline thread only. Times are monotonic: the
+ * holder judges its own lease by how long ago its last successful write was *sent*. */
+struct pipeline_loop;
+typedef void lease_written_fn(struct pipeline_loop *loop, const s3_result *r);
+
+typedef struct {
+    struct s3_op *op;           /* a write in flight */
+    uint64_t sent_ns;           /* when it was sent */
+    uint64_t ok_ns;             /* when the last successful one was sent (0: never) */
+    uint64_t next_ns;           /* the next refresh */
+    int lapsed;                 /* older than lease-timeout once: fenced for good */
+    int cancelled;              /* op was cancelled: its callback is still to come */
+    char body[256];
+    size_t len;
+    char err[512];              /* the last failure */
+    lease_written_fn *written;  /* called after every write (the loop's batches wait on it) */
+} lease_state;
+
+typedef struct pipeline_loop {
+    dstl_storage *s;
+    buf_pool pool;
+    lease_state lease;
+    batch *open;
+    batch *inflight_list;       /* flushed, some copy still being written */
+    uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
+} pipeline_loop;
+
+/* ---- bufpool.c ---- */
+/* The smallest pooled buffer of len bytes or more, when it is at most a quarter larger; NULL. */
+pooled_buf *pool_take(buf_pool *p, size_t len);
+/* Keeps the buffer whose data starts at ptr (or frees it beyond POOL_MAX_BYTES). NULL is fine. */
+void pool_put(buf_pool *p, void *ptr);
+void pool_free(buf_pool *p);
+
+/* ---- lease.c ---- */
+/* Whether uploads of this run may be acknowledged at now: 0; -EAGAIN when the lease was never
+ * written yet; DSTL_EREMOTE with why when the run is fenced (see lease.c). */
+int lease_check(pipeline_loop *loop, uint64_t now, char *why, size_t cap);
+/* Writes (or rewrites) the run's lease object, unless a write is under way. */
+void lease_start(pipeline_loop *loop);
+/* The lease's part of a loop turn: cancels a write past its bound, starts a due refresh. */
+void lease_tick(pipeline_loop *loop, uint64_t now, int closing);
+/* When the loop must next act for the lease (monotonic ns), or UINT64_MAX. */
+uint64_t lease_next_deadline(const pipeline_loop *loop);
+
+/* ---- batch.c ---- */
+/* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
+ * for in-flight room, leaves it open to try again on a later turn. */
+void batch_flush(pipeline_loop *loop);
+/* Ends a batch (s->mu held): res 0 = its segment is durable; else its ranges fail with detail. */
+void batch_end(dstl_storage *s, batch *b, int res, const char *detail);
+/* Ends the batch once its durability point is reached (takes s->mu). */
+void batch_progress(dstl_storage *s, batch *b);
+/* The remote copy of b will not be made: the batch sees it as failed with code and why. */
+void batch_remote_fail(batch *b, int code, const char *why);
+/* Starts b's upload (the run's lease is valid). */
+void batch_upload_start(pipeline_loop *loop, batch *b);
+/* Frees batches whose copies are all done; a failed batch's copies are removed. */
+void batch_reap(pipeline_loop *loop);
+void batch_free(batch *b);
+/* Whether the open batch's last flush waited for room and still has none (s->mu held). */
+int batch_flush_waits(const pipeline_loop *loop);
+
+#endif
