@@ -16,8 +16,9 @@
  * generation, the writes waiting for it are released, and if later creations want more, the next
  * fsync starts at once, covering all of them (group commit for directory entries).
  *
- * Threads: the store's state is pipeline-thread only; segstore_unlink/read_at/size/list are
- * thread-safe: they use only the immutable dir path and dir fd, and an atomic flag.
+ * Threads: the store's state is pipeline-thread only; segstore_unlink is thread-safe (it uses
+ * only the immutable dir path and dir fd, and an atomic flag), as are the file operations of
+ * segfiles.c (reads, sizes, listings, run locks), which need no open store.
  *
  * Invariants:
  *  - Every accepted write is on exactly one of: `busy` (engine op outstanding), `dir_wait`
@@ -43,6 +44,7 @@
 
 #include "dstl/err.h"
 #include "dstl/local/ioeng.h"
+#include "dstl/local/segfiles.h"
 #include "dstl/local/segstore.h"
 
 /* The engine tag of the directory fsync; write tags are pointers, never 0. */
@@ -147,16 +149,6 @@ static void list_remove(struct seg_list *l, struct seg_write *w)
     else
         l->tail = w->prev;
     w->prev = w->next = NULL;
-}
-
-static int check_name(const char *what, const char *name)
-{
-    size_t n = name ? strlen(name) : 0;
-    if (n == 0 || n > NAME_MAX || strchr(name, '/') || strcmp(name, ".") == 0 ||
-        strcmp(name, "..") == 0)
-        return err_fail(-EINVAL, "%s: bad segment file name '%s' (1..%d bytes, no '/')", what,
-                        name ? name : "(null)", NAME_MAX);
-    return 0;
 }
 
 static bool is_space_error(int res)
@@ -351,50 +343,10 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
     out->dir_pending = s->dir_running || s->dir_wanted > s->dir_synced;
 }
 
-/* ---- writes ---------------------------------------------------------------------------------- */
-
 /* ---- ownership ------------------------------------------------------------------------------ */
-
-/* Calls fn(ctx, dir fd, name, &counted) for each entry of dir whose name is longer than suffix
- * and ends in it, in directory order. fn returns 0, or anything else to stop the listing with
- * it, and clears counted for an entry it skipped. Returns the count of the others, fn's stop
- * value, or -errno naming dir. */
-typedef int (*list_fn)(void *ctx, int dfd, const char *name, int *counted);
-
-static int list_suffix(const char *dir, const char *suffix, list_fn fn, void *ctx)
-{
-    DIR *d = opendir(dir);
-    if (!d) return err_fail(-errno, "list %s: %s", dir, strerror(errno));
-    int count = 0, rc = 0;
-    size_t k = strlen(suffix);
-    for (;;) {
-        errno = 0;
-        struct dirent *de = readdir(d);
-        if (!de) {
-            if (errno) rc = err_fail(-errno, "list %s: %s", dir, strerror(errno));
-            break;
-        }
-        size_t n = strlen(de->d_name);
-        if (n <= k || strcmp(de->d_name + n - k, suffix) != 0) continue;
-        int counted = 1;
-        if ((rc = fn(ctx, dirfd(d), de->d_name, &counted)) != 0) break;
-        count += counted;
-    }
-    closedir(d);
-    return rc != 0 ? rc : count;
-}
-
 
 /* Attempts at taking the run's lock file when a gc removes it in between (see owner_lock). */
 #define LOCK_TRIES 8
-
-static int lock_name(const char *owner, char *buf, size_t cap)
-{
-    if (!owner || !*owner || strchr(owner, '/') ||
-        snprintf(buf, cap, "%s%s", owner, SEGSTORE_LOCK_SUFFIX) >= (int)cap)
-        return err_fail(-EINVAL, "bad run id '%s' for a lock file", owner ? owner : "(null)");
-    return 0;
-}
 
 /* Takes the run's lock before the store creates its first file, so that a gc in any process
  * sees a file of this run only while the lock says the run is alive. The file's content is
@@ -403,7 +355,7 @@ static int owner_lock(segstore *s)
 {
     if (!s->owner || s->lock_fd >= 0) return 0;
     char name[NAME_MAX + 1];
-    int rc = lock_name(s->owner, name, sizeof name);
+    int rc = segfile_lock_name(s->owner, name, sizeof name);
     if (rc < 0) return rc;
     int fd = -1;
     /* A gc removes the lock file of a dead run under that file's lock; if it took our file
@@ -443,68 +395,6 @@ static int owner_lock(segstore *s)
     return 0;
 }
 
-/* Opens dir/<owner>.lock read-only: fd, -ENOENT when there is none, or -errno. */
-static int open_lock(const char *dir, const char *owner, char *path, size_t cap)
-{
-    char name[NAME_MAX + 1];
-    int rc = lock_name(owner, name, sizeof name);
-    if (rc < 0) return rc;
-    if (snprintf(path, cap, "%s/%s", dir, name) >= (int)cap)
-        return err_fail(-ENAMETOOLONG, "lock %s/%s: path too long", dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 && errno != ENOENT) return err_fail(-errno, "lock %s: %s", path, strerror(errno));
-    return fd < 0 ? -ENOENT : fd;
-}
-
-int segstore_owner_alive(const char *dir, const char *owner)
-{
-    char path[PATH_MAX];
-    int fd = open_lock(dir, owner, path, sizeof path);
-    if (fd == -ENOENT) return 0;
-    if (fd < 0) return fd;
-    /* flock locks belong to open file descriptions: this probe conflicts with the owner's
-     * lock even inside the owner's own process. */
-    int rc = flock(fd, LOCK_SH | LOCK_NB) == 0 ? 0 : errno == EWOULDBLOCK ? 1 : -errno;
-    close(fd);
-    return rc < 0 ? err_fail(rc, "lock %s: %s", path, strerror(-rc)) : rc;
-}
-
-int segstore_owner_forget(const char *dir, const char *owner)
-{
-    char path[PATH_MAX];
-    int fd = open_lock(dir, owner, path, sizeof path);
-    if (fd == -ENOENT) return 0;
-    if (fd < 0) return fd;
-    int rc;
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) rc = errno == EWOULDBLOCK ? 0 : err_fail(-errno, "lock %s: %s", path, strerror(errno));
-    else rc = unlink(path) == 0 || errno == ENOENT ? 1 : err_fail(-errno, "remove %s: %s", path, strerror(errno));
-    close(fd);
-    return rc;
-}
-
-typedef struct {
-    segstore_owner_fn cb;
-    void *ctx;
-} owners_ctx;
-
-static int visit_owner(void *arg, int dfd, const char *name, int *counted)
-{
-    (void)dfd;
-    (void)counted;
-    owners_ctx *o = arg;
-    char owner[NAME_MAX + 1];
-    size_t n = strlen(name) - strlen(SEGSTORE_LOCK_SUFFIX);
-    memcpy(owner, name, n);
-    owner[n] = '\0';
-    return o->cb(o->ctx, owner);
-}
-
-int segstore_list_owners(const char *dir, segstore_owner_fn cb, void *ctx)
-{
-    owners_ctx o = {cb, ctx};
-    return list_suffix(dir, SEGSTORE_LOCK_SUFFIX, visit_owner, &o);
-}
-
 /* Whether a synced file is still reachable: it has a directory entry, and the store's path
  * still names the directory it opened. 0, or -EIO with the reason in why. */
 static int check_reachable(segstore *s, int fd, const char *name, char *why, size_t cap)
@@ -532,6 +422,8 @@ static int check_reachable(segstore *s, int fd, const char *name, char *why, siz
     return 0;
 }
 
+/* ---- reservations and writes --------------------------------------------------------------- */
+
 static struct seg_reserved *find_reserved(segstore *s, const char *name)
 {
     for (unsigned i = 0; i < s->n_reserved; i++)
@@ -541,7 +433,7 @@ static struct seg_reserved *find_reserved(segstore *s, const char *name)
 
 int segstore_reserve(segstore *s, const char *name)
 {
-    int rc = check_name("reserve", name);
+    int rc = segfile_check_name("reserve", name);
     if (rc < 0) return rc;
     if (s->failed) return err_fail(-EIO, "reserve %s: %s", name, s->failed_detail);
     if (find_reserved(s, name))
@@ -577,7 +469,7 @@ static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail
 int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
                    segstore_done_fn cb, void *ctx)
 {
-    int rc = check_name("write", name);
+    int rc = segfile_check_name("write", name);
     if (rc < 0) return rc;
     struct seg_write *w = calloc(1, sizeof *w);
     if (!w) return err_fail(-ENOMEM, "write %s/%s: out of memory", s->dir, name);
@@ -802,7 +694,7 @@ void segstore_close(segstore *s)
          * live set from now on. Unlinked under the lock, so a gc never takes a live run's lock
          * file for a dead one's. */
         char name[NAME_MAX + 1];
-        if (lock_name(s->owner, name, sizeof name) == 0) unlinkat(s->dir_fd, name, 0);
+        if (segfile_lock_name(s->owner, name, sizeof name) == 0) unlinkat(s->dir_fd, name, 0);
         close(s->lock_fd);
     }
     close(s->dir_fd);
@@ -815,85 +707,10 @@ void segstore_close(segstore *s)
 
 int segstore_unlink(segstore *s, const char *name)
 {
-    int rc = check_name("unlink", name);
+    int rc = segfile_check_name("unlink", name);
     if (rc < 0) return rc;
     if (unlinkat(s->dir_fd, name, 0) < 0)
         return err_fail(-errno, "unlink %s/%s: %s", s->dir, name, strerror(errno));
     atomic_store(&s->unlink_dirty, true);
     return 0;
-}
-
-static int open_in(const char *dir, const char *name, const char *what)
-{
-    int rc = check_name(what, name);
-    if (rc < 0) return rc;
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
-        return err_fail(-ENAMETOOLONG, "%s %s/%s: path too long", what, dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return err_fail(-errno, "%s %s: %s", what, path, strerror(errno));
-    return fd;
-}
-
-ssize_t segstore_read_at(const char *dir, const char *name, uint64_t off, void *buf, size_t len)
-{
-    if (len > SSIZE_MAX || off > (uint64_t)INT64_MAX)
-        return err_fail(-EINVAL, "read %s/%s: offset %llu length %zu out of range", dir, name,
-                        (unsigned long long)off, len);
-    int fd = open_in(dir, name, "read");
-    if (fd < 0) return fd;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            int rc = -errno;
-            close(fd);
-            return err_fail(rc, "read %s/%s at offset %llu: %s", dir, name,
-                            (unsigned long long)(off + got), strerror(-rc));
-        }
-        if (n == 0) break; /* end of file */
-        got += (size_t)n;
-    }
-    close(fd);
-    return (ssize_t)got;
-}
-
-int segstore_size(const char *dir, const char *name, uint64_t *size_bytes)
-{
-    int fd = open_in(dir, name, "stat");
-    if (fd < 0) return fd;
-    struct stat st;
-    int rc = fstat(fd, &st) < 0 ? -errno : 0;
-    close(fd);
-    if (rc < 0) return err_fail(rc, "stat %s/%s: %s", dir, name, strerror(-rc));
-    *size_bytes = (uint64_t)st.st_size;
-    return 0;
-}
-
-typedef struct {
-    const char *dir;
-    segstore_list_fn cb;
-    void *ctx;
-} segs_ctx;
-
-static int visit_segment(void *arg, int dfd, const char *name, int *counted)
-{
-    segs_ctx *c = arg;
-    struct stat st;
-    *counted = 0;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-        if (errno == ENOENT) return 0; /* removed meanwhile */
-        return err_fail(-errno, "list %s: stat %s: %s", c->dir, name, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) return 0;
-    *counted = 1;
-    int64_t mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
-    return c->cb(c->ctx, name, (uint64_t)st.st_size, mtime_ms);
-}
-
-int segstore_list(const char *dir, segstore_list_fn cb, void *ctx)
-{
-    segs_ctx c = {dir, cb, ctx};
-    return list_suffix(dir, SEGSTORE_SUFFIX, visit_segment, &c);
 }

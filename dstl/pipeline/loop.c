@@ -277,40 +277,94 @@ static void lease_written(pipeline_loop *loop, const s3_result *r)
     }
 }
 
+/* Waits for work: the eventfd, the store's completions, libcurl's sockets and timers, with the
+ * open batch's deadline (and the remote deadlines) as timeout. -1 when polling itself failed. */
+static int wait_for_work(pipeline_loop *loop)
+{
+    dstl_storage *s = loop->s;
+    int timeout_ms = -1;
+    uint64_t wait_ns = UINT64_MAX;      /* the batch deadline, to the nanosecond */
+    if (loop->open && s->conf.persist_delay_us > 0) {
+        uint64_t due = loop->open->opened_ns + s->conf.persist_delay_us * 1000, now = now_ns();
+        wait_ns = due <= now ? 0 : due - now;
+        /* libcurl's loop takes milliseconds: round up there, waking early would only spin */
+        timeout_ms = (int)((wait_ns + 999999) / 1000000);
+    }
+    if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
+    if (s->loop.s3) {
+        /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
+         * uploads in flight are checked against their bound every 100 ms */
+        if ((loop->inflight_list || loop->open) && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
+        int64_t until = next_remote_deadline_ms(loop);
+        if (until >= 0 && (timeout_ms < 0 || until < timeout_ms)) timeout_ms = (int)until;
+        s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
+        s3_client_run(s->loop.s3, wf, 2, timeout_ms);
+    } else {
+        /* ppoll: a 10 ms persist-delay must not become 11 ms by rounding */
+        struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
+        if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000 < wait_ns) wait_ns = (uint64_t)timeout_ms * 1000000;
+        struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
+        if (ppoll(pf, 2, wait_ns == UINT64_MAX ? NULL : &ts, NULL) < 0 && errno != EINTR) return -1;
+    }
+    uint64_t v;
+    ssize_t rn = read(s->wake_fd, &v, sizeof v);   /* non-blocking: EAGAIN when not kicked */
+    (void)rn;
+    return 0;
+}
+
+/* Moves every queued section into the open batch (opened if needed) and returns whether the
+ * storage is closing. *has_deletes: segments wait to be deleted. Takes s->mu. */
+static int take_queue(pipeline_loop *loop, int *has_deletes)
+{
+    dstl_storage *s = loop->s;
+    pthread_mutex_lock(&s->mu);
+    int closing = s->locked.pipe.closing;
+    if (s->locked.pipe.q_head && !loop->open && (loop->open = calloc(1, sizeof *loop->open))) {
+        loop->open->s = s;
+        loop->open->tail = &loop->open->head;
+        loop->open->opened_ns = now_ns();
+        loop->open->loop = loop;
+    }
+    /* Memory for the batch is one small struct; if even that fails the queue waits for the
+     * next round. */
+    batch *b = loop->open;
+    while (b && s->locked.pipe.q_head) {
+        pipeline_section *x = s->locked.pipe.q_head;
+        s->locked.pipe.q_head = x->next;
+        x->next = NULL;
+        *b->tail = x;
+        b->tail = &x->next;
+        b->n++;
+        b->bytes += x->r->rec_bytes;
+        b->reserve += x->r->enc_reserve;
+        uint64_t due = x->t_enq_ns + s->conf.persist_delay_us * 1000 +
+                       (s->conf.upload_max_attempts * s->conf.upload_timeout_ms + REMOTE_SLACK_MS - REMOTE_ACT_EARLY_MS) *
+                           1000000ull;
+        if (!b->remote_deadline_ns || due < b->remote_deadline_ns) b->remote_deadline_ns = due;
+        s->locked.pipe.q_len--;
+    }
+    if (!s->locked.pipe.q_head) s->locked.pipe.q_tail = &s->locked.pipe.q_head;
+    *has_deletes = s->locked.reg.delete_head != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return closing;
+}
+
+/* Whether a closing storage is done: nothing open, in flight, queued or to delete. */
+static int drained(const pipeline_loop *loop)
+{
+    dstl_storage *s = loop->s;
+    if (loop->open || loop->inflight_list || (s->loop.s3 && s3_client_pending(s->loop.s3) > 0)) return 0;
+    pthread_mutex_lock(&s->mu);
+    int idle = !s->locked.pipe.q_head && !s->locked.reg.delete_head;
+    pthread_mutex_unlock(&s->mu);
+    return idle;
+}
+
 static void *pipeline_main(void *arg)
 {
     pipeline_loop loop = {.s = arg, .lease = {.written = lease_written}};
     dstl_storage *s = loop.s;
-    /* Names are reserved once there is something to write (a storage opened only to read
-     * or sweep creates no files), then kept ahead after every flush. */
-    for (;;) {
-        int timeout_ms = -1;
-        uint64_t wait_ns = UINT64_MAX;      /* the batch deadline, to the nanosecond */
-        if (loop.open && s->conf.persist_delay_us > 0) {
-            uint64_t due = loop.open->opened_ns + s->conf.persist_delay_us * 1000, now = now_ns();
-            wait_ns = due <= now ? 0 : due - now;
-            /* libcurl's loop takes milliseconds: round up there, waking early would only spin */
-            timeout_ms = (int)((wait_ns + 999999) / 1000000);
-        }
-        if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-        if (s->loop.s3) {
-            /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
-             * uploads in flight are checked against their bound every 100 ms */
-            if ((loop.inflight_list || loop.open) && (timeout_ms < 0 || timeout_ms > 100)) timeout_ms = 100;
-            int64_t until = next_remote_deadline_ms(&loop);
-            if (until >= 0 && (timeout_ms < 0 || until < timeout_ms)) timeout_ms = (int)until;
-            s3_waitfd wf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
-            s3_client_run(s->loop.s3, wf, 2, timeout_ms);
-        } else {
-            /* ppoll: a 10 ms persist-delay must not become 11 ms by rounding */
-            struct pollfd pf[2] = {{s->wake_fd, POLLIN, 0}, {segstore_event_fd(s->store), POLLIN, 0}};
-            if (timeout_ms >= 0 && (uint64_t)timeout_ms * 1000000 < wait_ns) wait_ns = (uint64_t)timeout_ms * 1000000;
-            struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
-            if (ppoll(pf, 2, wait_ns == UINT64_MAX ? NULL : &ts, NULL) < 0 && errno != EINTR) break;
-        }
-        uint64_t v;
-        ssize_t rn = read(s->wake_fd, &v, sizeof v);   /* non-blocking: EAGAIN when not kicked */
-        (void)rn;
+    while (wait_for_work(&loop) == 0) {
         segstore_poll(s->store);
         if (s->loop.s3) remote_tick(&loop);
         batch_reap(&loop);
@@ -318,54 +372,19 @@ static void *pipeline_main(void *arg)
             metrics_write_file(s);
             s->loop.metrics_due_ns = now_ns() + METRICS_INTERVAL_NS;
         }
-
-        pthread_mutex_lock(&s->mu);
-        int closing = s->locked.pipe.closing;
-        if (s->locked.pipe.q_head) {
-            if (!loop.open) {
-                loop.open = calloc(1, sizeof *loop.open);
-                if (loop.open) {
-                    loop.open->s = s;
-                    loop.open->tail = &loop.open->head;
-                    loop.open->opened_ns = now_ns();
-                    loop.open->loop = &loop;
-                }
-            }
-            /* Memory for the batch is one small struct; if even that fails the queue waits
-             * for the next round. */
-            while (loop.open && s->locked.pipe.q_head) {
-                pipeline_section *x = s->locked.pipe.q_head;
-                s->locked.pipe.q_head = x->next;
-                x->next = NULL;
-                *loop.open->tail = x;
-                loop.open->tail = &x->next;
-                loop.open->n++;
-                loop.open->bytes += x->r->rec_bytes;
-                loop.open->reserve += x->r->enc_reserve;
-                uint64_t due = x->t_enq_ns + s->conf.persist_delay_us * 1000 +
-                               (s->conf.upload_max_attempts * s->conf.upload_timeout_ms + REMOTE_SLACK_MS -
-                                REMOTE_ACT_EARLY_MS) * 1000000ull;
-                if (!loop.open->remote_deadline_ns || due < loop.open->remote_deadline_ns) loop.open->remote_deadline_ns = due;
-                s->locked.pipe.q_len--;
-            }
-            if (!s->locked.pipe.q_head) s->locked.pipe.q_tail = &s->locked.pipe.q_head;
-        }
-        int has_deletes = s->locked.reg.delete_head != NULL;
-        pthread_mutex_unlock(&s->mu);
-        /* Reserve names while the disk is idle, so the directory fsync does not queue beside a
-         * segment's fdatasync; under constant load, when almost none are left. */
+        int has_deletes;
+        int closing = take_queue(&loop, &has_deletes);
+        /* Names are reserved once there is something to write (a storage opened only to read
+         * or sweep creates no files), then kept ahead: while the disk is idle, so the directory
+         * fsync does not queue beside a segment's fdatasync; under constant load, when almost
+         * none are left. */
         if (loop.open && loop.reserved_upto == 0) reserve_ahead(&loop);
-        else if (loop.reserved_upto && ((!loop.open && local_writes_in_flight(s) == 0) || loop.reserved_upto < s->locked.reg.next_seg_no + 2))
+        else if (loop.reserved_upto && ((!loop.open && local_writes_in_flight(s) == 0) ||
+                                        loop.reserved_upto < s->locked.reg.next_seg_no + 2))
             reserve_ahead(&loop);
-
         if (has_deletes) run_deletes(s);
         if (flush_due(&loop, closing, now_ns())) batch_flush(&loop);
-        if (closing && !loop.open && !loop.inflight_list && (!s->loop.s3 || s3_client_pending(s->loop.s3) == 0)) {
-            pthread_mutex_lock(&s->mu);
-            int idle = !s->locked.pipe.q_head && !s->locked.reg.delete_head;
-            pthread_mutex_unlock(&s->mu);
-            if (idle) break;
-        }
+        if (closing && drained(&loop)) break;
     }
     pool_free(&loop.pool);
     return NULL;
