@@ -1,5 +1,5 @@
 /*
- * dstl/cmd/cmd.h — the `dstl` command's subcommands (the files in dstl/cmd/; not part of the library).
+ * dstl/cmd/cmd.h — the `dstl` command's subcommands (dstl/cmd/; not part of the library).
  */
 #ifndef DSTL_CMD_H
 #define DSTL_CMD_H
@@ -7,23 +7,9 @@
 #include <stdint.h>
 
 #include "dstl.h"
+#include "dstl/cmd/common.h"
 
-/* Global options, parsed by cmd.c before the subcommand: --config FILE, --set key=value. */
-typedef struct {
-    const char *config_file;
-    const char *sets[64];
-    int nsets;
-} cmd_globals;
-
-/* Builds a config from the globals (defaults, file, environment, --set); prints the error
- * and returns NULL on failure. local_dir, when not NULL, overrides dstl.local.dir. */
-dstl_config *cmd_config(const cmd_globals *g, const char *local_dir);
-
-/* Reads a handle file; prints the error and returns NULL on failure. */
-dstl_handle *cmd_read_handle(const char *path);
-/* Writes a handle file (write, fsync, rename); 0 or -errno. */
-int cmd_write_handle(const char *path, const dstl_handle *h);
-
+/* The subcommands, called by cmd.c's main with the global options (common.h). */
 int cmd_demo(const cmd_globals *g, int argc, char **argv);
 int cmd_cat(const cmd_globals *g, int argc, char **argv);
 int cmd_ls(const cmd_globals *g, int argc, char **argv);

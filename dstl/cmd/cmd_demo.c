@@ -27,11 +27,7 @@
 #include <unistd.h>
 
 #include "dstl/cmd/cmd.h"
-#include "dstl/config.h"
-#include "dstl/remote/remote.h"
-#include "dstl/local/segstore.h"
-#include "dstl/seams.h"
-#include "wire/wire.h"
+#include "dstl/tools.h"
 
 #define NKEYS 20000          /* distinct keys per writer */
 #define ZIPF_S 1.1           /* skew: the top 1 % of keys take about half the updates */
@@ -452,15 +448,20 @@ static int check_footprint(const dstl_config *c, const char *run, writer_job *jo
     return ok ? 0 : -1;
 }
 
-int cmd_demo(const cmd_globals *g, int argc, char **argv)
+typedef struct {
+    int nwriters;
+    double duration, rate, materialize;
+} demo_args;
+
+/* 0, or 2 (usage) after saying what is wrong. */
+static int parse_args(int argc, char **argv, demo_args *a)
 {
-    int nwriters = 16;
-    double duration = 15, rate = 4000, materialize = 10;
+    *a = (demo_args){.nwriters = 16, .duration = 15, .rate = 4000, .materialize = 10};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--writers") && i + 1 < argc) nwriters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--duration") && i + 1 < argc) duration = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--rate") && i + 1 < argc) rate = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--materialize-every") && i + 1 < argc) materialize = atof(argv[++i]);
+        if (!strcmp(argv[i], "--writers") && i + 1 < argc) a->nwriters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--duration") && i + 1 < argc) a->duration = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--rate") && i + 1 < argc) a->rate = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--materialize-every") && i + 1 < argc) a->materialize = atof(argv[++i]);
         else {
             fprintf(stderr, "dstl demo: unknown argument %s\n"
                             "usage: dstl demo [--writers N] [--duration S] [--rate RECORDS_PER_S_PER_WRITER] "
@@ -468,11 +469,93 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
             return 2;
         }
     }
-    if (nwriters < 1 || nwriters > 4096 || duration <= 0 || duration > 86400 || rate <= 0 || !(materialize >= 1)) {
+    if (a->nwriters < 1 || a->nwriters > 4096 || a->duration <= 0 || a->duration > 86400 || a->rate <= 0 ||
+        !(a->materialize >= 1)) {
         fprintf(stderr, "dstl demo: --writers 1..4096, --duration 0..86400 s, --rate > 0 and --materialize-every "
                         ">= 1 s\n");
         return 2;
     }
+    return 0;
+}
+
+/* One line of counters per second while the writers run. */
+static void print_progress(dstl_storage *s, double duration)
+{
+    printf("%4s %10s %8s %9s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "segments/s",
+           "p50_us", "p99_us", "in_flight_B", "live_segs");
+    dstl_stats prev = {0}, st;
+    double t0 = now_s();
+    for (int sec = 1; now_s() - t0 < duration + 0.5; sec++) {
+        double d = t0 + sec - now_s();
+        if (d > 0) usleep((useconds_t)(d * 1e6));
+        dstl_storage_stats(s, &st);
+        printf("%4d %10" PRIu64 " %8.1f %9" PRIu64 " %9" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %9" PRIu64 "\n",
+               sec, st.appends - prev.appends, (double)(st.append_bytes - prev.append_bytes) / 1e6,
+               st.persists - prev.persists, st.segments_written - prev.segments_written, st.persist_p50_us,
+               st.persist_p99_us, st.in_flight_bytes, st.segments_written - st.segments_deleted);
+        fflush(stdout);
+        prev = st;
+    }
+}
+
+/* Recovery through a fresh storage, as after a restart: every writer's last handle read back
+ * and checked. keep[] gets the handles (for save_handles). 0 or -1 after saying why. */
+static int recover_all(dstl_config *c, writer_job *jobs, int nwriters, dstl_handle **keep, size_t *nkeep,
+                       uint64_t *records)
+{
+    dstl_storage *s = NULL;
+    if (dstl_storage_open(c, &s) < 0) {
+        fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
+        return -1;
+    }
+    int ok = 1;
+    for (int i = 0; i < nwriters; i++) {
+        dstl_handle *h = NULL;
+        if (recover_and_check(s, &jobs[i], records, &h) < 0) {
+            fprintf(stderr, "dstl demo: recovery: %s\n", jobs[i].err);
+            ok = 0;
+        }
+        if (h) keep[(*nkeep)++] = h;
+    }
+    dstl_storage_close(s);
+    return ok ? 0 : -1;
+}
+
+/* Keeps the last handles beside the data, for `dstl cat` and `dstl gc --live`: one directory
+ * per run, so demos sharing a dir keep theirs apart. 0 or -1 after saying why. */
+static int save_handles(dstl_config *c, const char *run, dstl_handle *const *keep, size_t nkeep)
+{
+    char hdir[4200];
+    snprintf(hdir, sizeof hdir, "%s/handles", dstl_config_get(c, "dstl.local.dir"));
+    if (mkdir(hdir, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
+        return -1;
+    }
+    size_t n = strlen(hdir);
+    snprintf(hdir + n, sizeof hdir - n, "/%s", run);
+    if (mkdir(hdir, 0755) < 0) {
+        fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < nkeep; i++) {
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s.handle", hdir, dstl_handle_writer_id(keep[i]));
+        int rc = cmd_write_handle(path, keep[i]);
+        if (rc < 0) {
+            fprintf(stderr, "dstl demo: writing %s: %s\n", path, dstl_strerror(rc));
+            return -1;
+        }
+    }
+    printf("last handles: %s/*.handle (try: dstl cat %s/%s.handle)\n", hdir, hdir, dstl_handle_writer_id(keep[0]));
+    return 0;
+}
+
+int cmd_demo(const cmd_globals *g, int argc, char **argv)
+{
+    demo_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc) return rc;
+    int nwriters = a.nwriters;
     dstl_config *c = cmd_config(g, NULL);
     if (!c) return 1;
     dstl_storage *s = NULL;
@@ -484,31 +567,16 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
     char run[64];
     snprintf(run, sizeof run, "%s", storage_run_id(s));
     printf("dstl demo: run %s, %d writers, %.0f s, %.0f records/s each, local dir %s, durability %s, persist-delay %s\n",
-           run, nwriters, duration, rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
+           run, nwriters, a.duration, a.rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
            dstl_config_get(c, "dstl.batch.persist-delay"));
     writer_job *jobs = calloc((size_t)nwriters, sizeof *jobs);
     pthread_t *th = calloc((size_t)nwriters, sizeof *th);
     for (int i = 0; i < nwriters; i++) {
-        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = duration, .rate = rate,
-                               .materialize_s = materialize, .ok = 1};
+        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = a.duration, .rate = a.rate,
+                               .materialize_s = a.materialize, .ok = 1};
         pthread_create(&th[i], NULL, writer_main, &jobs[i]);
     }
-    printf("%4s %10s %8s %9s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "segments/s",
-           "p50_us", "p99_us", "in_flight_B", "live_segs");
-    dstl_stats prev = {0}, st;
-    double t0 = now_s();
-    for (int sec = 1; now_s() - t0 < duration + 0.5; sec++) {
-        double wake = t0 + sec;
-        double d = wake - now_s();
-        if (d > 0) usleep((useconds_t)(d * 1e6));
-        dstl_storage_stats(s, &st);
-        printf("%4d %10" PRIu64 " %8.1f %9" PRIu64 " %9" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %9" PRIu64 "\n",
-               sec, st.appends - prev.appends, (double)(st.append_bytes - prev.append_bytes) / 1e6,
-               st.persists - prev.persists, st.segments_written - prev.segments_written, st.persist_p50_us,
-               st.persist_p99_us, st.in_flight_bytes, st.segments_written - st.segments_deleted);
-        fflush(stdout);
-        prev = st;
-    }
+    print_progress(s, a.duration);
     int ok = 1;
     for (int i = 0; i < nwriters; i++) {
         pthread_join(th[i], NULL);
@@ -517,6 +585,7 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
             ok = 0;
         }
     }
+    dstl_stats st;
     dstl_storage_stats(s, &st);
     printf("total: %" PRIu64 " records, %.1f MB, %" PRIu64 " persists (%" PRIu64 " failed), %" PRIu64
            " segments, %" PRIu64 " deleted, persist p50 %" PRIu64 " us p99 %" PRIu64 " us max %" PRIu64 " us\n",
@@ -529,52 +598,11 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
     /* No sweep: the run deleted what it no longer needs itself; check that it did, and that
      * it left exactly what its last handles need (other runs' files are not looked at). */
     if (ok && check_footprint(c, run, jobs, nwriters, st.segments_written) < 0) ok = 0;
-
-    /* Recovery through a fresh storage, as after a restart. */
     uint64_t records = 0;
     dstl_handle **keep = calloc((size_t)nwriters, sizeof *keep);
     size_t nkeep = 0;
-    if (ok && dstl_storage_open(c, &s) == 0) {
-        for (int i = 0; i < nwriters; i++) {
-            dstl_handle *h = NULL;
-            if (recover_and_check(s, &jobs[i], &records, &h) < 0) {
-                fprintf(stderr, "dstl demo: recovery: %s\n", jobs[i].err);
-                ok = 0;
-            }
-            if (h) keep[nkeep++] = h;
-        }
-        dstl_storage_close(s);
-    } else if (ok) {
-        fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
-        ok = 0;
-    }
-    /* Keep the last handles beside the data, for `dstl cat` and `dstl gc --live`: one
-     * directory per run, so demos sharing a dir keep theirs apart. */
-    if (ok && nkeep) {
-        char hdir[4200];
-        snprintf(hdir, sizeof hdir, "%s/handles", dstl_config_get(c, "dstl.local.dir"));
-        if (mkdir(hdir, 0755) < 0 && errno != EEXIST) {
-            fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
-            ok = 0;
-        }
-        size_t n = strlen(hdir);
-        snprintf(hdir + n, sizeof hdir - n, "/%s", run);
-        if (ok && mkdir(hdir, 0755) < 0) {
-            fprintf(stderr, "dstl demo: mkdir %s: %s\n", hdir, strerror(errno));
-            ok = 0;
-        }
-        for (size_t i = 0; ok && i < nkeep; i++) {
-            char path[4400];
-            snprintf(path, sizeof path, "%s/%s.handle", hdir, dstl_handle_writer_id(keep[i]));
-            int rc = cmd_write_handle(path, keep[i]);
-            if (rc < 0) {
-                fprintf(stderr, "dstl demo: writing %s: %s\n", path, dstl_strerror(rc));
-                ok = 0;
-            }
-        }
-        if (ok) printf("last handles: %s/*.handle (try: dstl cat %s/%s.handle)\n", hdir, hdir,
-                       dstl_handle_writer_id(keep[0]));
-    }
+    if (ok && recover_all(c, jobs, nwriters, keep, &nkeep, &records) < 0) ok = 0;
+    if (ok && nkeep && save_handles(c, run, keep, nkeep) < 0) ok = 0;
     for (size_t i = 0; i < nkeep; i++) dstl_handle_free(keep[i]);
     free(keep);
     printf("recovery: %d writers, %" PRIu64 " records read back and checked: %s\n", nwriters, records,

@@ -10,9 +10,7 @@
 #include <time.h>
 
 #include "dstl/cmd/cmd.h"
-#include "dstl/config.h"
-#include "dstl/local/segstore.h"
-#include "wire/wire.h"
+#include "dstl/tools.h"
 
 /* ---- JSON output ---- */
 
