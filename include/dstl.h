@@ -7,7 +7,7 @@
  * are grouped by one shared pipeline into segments, made durable locally (io_uring +
  * fdatasync) and/or in S3. Recovery opens a handle and reads its records back, verified.
  *
- * Conventions (binding; see API.md):
+ * Conventions (binding: this header is the contract):
  *  - Every function that can fail returns int: 0 (or a count, where said) on success, a
  *    negative value on failure: -errno or one of the DSTL_E* codes below.
  *  - An `out` argument is written only on success. What a function hands out through **out
@@ -263,7 +263,8 @@ typedef struct {
                                                           dstl.upload.max-in-flight; hand-offs
                                                           waiting for their batch to be written */
     uint64_t persist_p50_us, persist_p99_us, persist_max_us;   /* since open */
-    /* additions to API.md, at the end so the fields above keep their places */
+    /* additions to the first version of the contract, at the end so the fields above keep
+     * their places */
     uint64_t remote_bytes_written, remote_bytes_read;  /* request and response bodies */
     uint64_t cache_hits, cache_misses;                 /* reader cache, in sections */
     uint64_t local_read_fallbacks;  /* segments a reader read from S3 because their local copy
@@ -275,7 +276,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
  * Flink's ChangelogStorage metrics: dstl_upload_requests_total, dstl_upload_latency_seconds,
  * dstl_upload_batch_writers, dstl_inflight_bytes, dstl_queue_size, ...), in a malloc'd
  * string the caller frees. With dstl.metrics.file set, the storage also rewrites that file
- * every second. Thread-safe. (An addition to API.md.) */
+ * every second. Thread-safe. (An addition to the first version of the contract.) */
 int dstl_storage_metrics(dstl_storage *s, char **text);
 
 #ifdef __cplusplus

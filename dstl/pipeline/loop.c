@@ -41,10 +41,12 @@
 #include "s3/s3.h"
 
 /* Names reserved ahead of the segment being built, so a flush does not wait for a
- * directory fsync. Reservations are made in groups (one shared directory fsync per group)
- * when fewer than RESERVE_LOW are left, up to RESERVE_HIGH: one reservation per flush would
- * put a directory fsync next to every segment's fdatasync. 32 is a few seconds of segments
- * at a 10 ms persist-delay and leaves at most 32 empty files after a crash. */
+ * directory fsync. reserve_ahead tops the reservations up to RESERVE_HIGH once fewer than
+ * RESERVE_LOW are left, in one group (one shared directory fsync): one reservation per flush
+ * would put a directory fsync next to every segment's fdatasync. The loop calls it when the
+ * disk is idle, and under constant load only when fewer than 2 are left (so the group's fsync
+ * rarely queues beside a segment's fdatasync). 32 is a few seconds of segments at a 10 ms
+ * persist-delay and leaves at most 32 empty files after a crash. */
 #define RESERVE_LOW 8u
 #define RESERVE_HIGH 32u
 
