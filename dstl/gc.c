@@ -255,7 +255,7 @@ static int judge_leases(gc_ctx *g, const s3_list *l)
 }
 
 /* Removes stale leases: their runs count as dead already, and a stale holder has fenced
- * itself for good (pipeline.c lease_check). */
+ * itself for good (pipeline/lease.c lease_check). */
 static int sweep_leases(gc_ctx *g, s3_client *cli, const s3_list *l)
 {
     if (g->dry_run) return 0;
