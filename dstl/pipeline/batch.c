@@ -103,9 +103,12 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         s->locked.pipe.in_flight_bytes -= b->counted_buf;
         b->counted_buf = 0;
     }
+    /* Every section takes its reference on the segment before any lets go of one: a section
+     * truncated while in flight drops its reference at once, and were it first, the count
+     * would reach zero — the segment queued for deletion — while later sections, and the
+     * futures waiting on them, still need it. */
     for (pipeline_section *x = b->head; x; x = x->next) {
         range *r = x->r;
-        dstl_writer *w = x->w;
         r->sec = NULL;
         if (res == 0) {
             r->state = RANGE_DURABLE;
@@ -119,6 +122,10 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         } else {
             r->state = RANGE_FAILED;
         }
+    }
+    for (pipeline_section *x = b->head; x; x = x->next) {
+        range *r = x->r;
+        dstl_writer *w = x->w;
         future_section_ended(&x->waiters, res, detail, g, x->index, res == 0 ? &r->loc : NULL);
         w->inflight_ranges--;
         if (r->truncated) drop_truncated(s, w, r);
