@@ -153,6 +153,8 @@ $(B)/perf/%: $(B)/obj/perf/%.o $(B)/libdstl.a
 # make test [SANITIZE=...] [TESTS=pattern]: every test binary, with the S3 server started
 # (and stopped, also on failure) by tests/run.sh.
 test: all
+	scripts/check-calls --selftest
+	scripts/check-calls $(B)
 	tests/run.sh $(B) $(TESTS)
 
 # The README's first command: the embedded default (local durability, no remote).
