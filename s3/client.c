@@ -43,7 +43,7 @@
 #include <curl/curl.h>
 #include <openssl/crypto.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 /* ---- timers ---- */
 

@@ -19,7 +19,7 @@
 
 #include <openssl/evp.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 typedef enum {
     K_GET,

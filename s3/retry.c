@@ -18,7 +18,7 @@
 
 #include <openssl/evp.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 static bool code_is(const char *code, const char *want)
 {

@@ -43,7 +43,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 static bool is_conflict(const s3_reply *rep)
 {

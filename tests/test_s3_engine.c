@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 typedef enum { A_ANSWER, A_HANG, A_FAIL } action;
 

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 Test(s3_retry, classifier_retries_transient_and_throttled_only)
 {
