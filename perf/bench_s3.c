@@ -99,6 +99,7 @@ int main(int argc, char **argv)
         .connections = 4,
         .attempt_timeout_ms = 10000, /* measure the transfers, not hedging */
         .transfer_timeout_ms = 60000,
+        .crc32c = wire_crc32c,
     };
     if (!o.endpoint) {
         fprintf(stderr, "bench_s3: S3_ENDPOINT (and keys) must be set\n");

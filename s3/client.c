@@ -594,7 +594,7 @@ static int verify_write(attempt *a, s3_reply *rep, char *why, size_t cap)
     if (a->checksum[0]) {
         const char *mine = r->crc_b64[0] ? r->crc_b64 : r->crc_check;
         if (!mine[0]) {
-            s3_crc32c_b64(s3_crc32c(0, r->body, r->body_len), r->crc_check);
+            s3_crc32c_b64(r->c->o.crc32c(0, r->body, r->body_len), r->crc_check);
             mine = r->crc_check;
         }
         if (strcmp(a->checksum, mine) == 0) {
@@ -1253,7 +1253,7 @@ static void payload_setup(s3_req *r)
         return;
     }
     strcpy(r->payload_hash, "UNSIGNED-PAYLOAD");
-    s3_crc32c_b64(s3_crc32c(0, r->body, r->body_len), r->crc_b64);
+    s3_crc32c_b64(c->o.crc32c(0, r->body, r->body_len), r->crc_b64);
 }
 
 int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void *ctx,
@@ -1343,6 +1343,11 @@ int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res)
     if (!res) res = &scratch;
     memset(res, 0, sizeof *res);
     s3_opts o = opts ? *opts : (s3_opts){0};
+    if (!o.crc32c) {
+        s3_result_fail(res, -EINVAL, "S3 client: s3_opts.crc32c is NULL (the caller must give "
+                       "the CRC32C function for x-amz-checksum-crc32c)");
+        return -EINVAL;
+    }
     if (!o.region || !*o.region) o.region = "us-east-1";
     if (o.connections <= 0) o.connections = 8;
     if (o.connections > 64) o.connections = 64;

@@ -1,7 +1,7 @@
 /*
  * s3/retry.c — the retry policy and the small pure helpers around requests: one classifier
  * (transient / throttled / fatal), full-jitter backoff, the final error code, part-size math,
- * CRC32C for the UNSIGNED-PAYLOAD fast path, and the ETags used to recognise our own objects.
+ * and the ETags used to recognise our own objects.
  *
  * Why one classifier: every request (PUT, part, GET, list, ...) must agree on what is worth
  * another attempt, or a hedge and a retry could disagree about the same failure. Besides
@@ -11,7 +11,6 @@
  * Threads: pure, thread-safe.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -97,75 +96,6 @@ void s3_part_range(uint64_t len, uint64_t part_size, size_t i, uint64_t *off, ui
 {
     *off = (uint64_t)i * part_size;
     *n = *off >= len ? 0 : (len - *off < part_size ? len - *off : part_size);
-}
-
-/* ---- CRC32C ---- */
-
-static uint32_t crc_table[8][256];
-
-static void crc_init_table(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 255];
-}
-
-static uint32_t crc32c_sw(uint32_t crc, const uint8_t *p, size_t len)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, crc_init_table);
-    crc = ~crc;
-    while (len && ((uintptr_t)p & 7)) {
-        crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 255];
-        len--;
-    }
-    while (len >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        v ^= crc;
-        crc = crc_table[7][v & 255] ^ crc_table[6][(v >> 8) & 255] ^
-              crc_table[5][(v >> 16) & 255] ^ crc_table[4][(v >> 24) & 255] ^
-              crc_table[3][(v >> 32) & 255] ^ crc_table[2][(v >> 40) & 255] ^
-              crc_table[1][(v >> 48) & 255] ^ crc_table[0][v >> 56];
-        p += 8;
-        len -= 8;
-    }
-    while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 255];
-    return ~crc;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p,
-                                                            size_t len)
-{
-    uint64_t c = ~crc;
-    while (len && ((uintptr_t)p & 7)) {
-        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-        len--;
-    }
-    while (len >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        len -= 8;
-    }
-    while (len--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-    return ~(uint32_t)c;
-}
-#endif
-
-uint32_t s3_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2")) return crc32c_hw(crc, buf, len);
-#endif
-    return crc32c_sw(crc, buf, len);
 }
 
 /* ---- ETags ---- */

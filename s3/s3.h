@@ -169,8 +169,14 @@ typedef enum s3_payload_mode {
     S3_PAYLOAD_UNSIGNED_CRC32C, /* UNSIGNED-PAYLOAD + x-amz-checksum-crc32c (fast path) */
 } s3_payload_mode;
 
-/* Client options: 0/NULL means the default; units are in the names. Strings are copied. */
+/* Client options: 0/NULL means the default (except crc32c: required); units are in the names.
+ * Strings are copied. */
 typedef struct s3_opts {
+    /* The CRC32C (Castagnoli) of buf continuing crc (0 for a fresh value): the caller's, as s3/
+     * keeps none of its own (DSTL gives wire_crc32c). It makes x-amz-checksum-crc32c for
+     * unsigned payloads and checks the one an answer echoes. Required: s3_client_new refuses
+     * NULL. Called on the client's thread. */
+    uint32_t (*crc32c)(uint32_t crc, const void *buf, size_t len);
     const char *endpoint;      /* "http://127.0.0.1:8080"; NULL: https://s3.<region>.amazonaws.com */
     const char *region;        /* NULL: "us-east-1" */
     bool path_style;           /* http://host/bucket/key (RGW, MinIO) vs http://bucket.host/key */
@@ -205,8 +211,9 @@ typedef struct s3_opts {
 } s3_opts;
 
 /* Creates a client. Resolves credentials (opts, then the AWS_* environment, then the
- * credentials file) now. Returns 0, -EINVAL (bad endpoint/options; no credentials found),
- * -ENOMEM; on failure res (if not NULL) says why. Does not touch the network. */
+ * credentials file) now. Returns 0, -EINVAL (no opts->crc32c; bad endpoint/options; no
+ * credentials found), -ENOMEM; on failure res (if not NULL) says why. Does not touch the
+ * network. */
 int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res);
 
 /* Cancels every operation still in flight (their callbacks run with -ECANCELED), then runs the

@@ -133,9 +133,6 @@ int s3_error_code(int net_err, int status, const char *s3_code);
 size_t s3_part_count(uint64_t len, uint64_t part_size);
 void s3_part_range(uint64_t len, uint64_t part_size, size_t i, uint64_t *off, uint64_t *n);
 
-/* CRC32C (Castagnoli) of buf continuing crc (0 for a fresh value); SSE4.2 when present. */
-uint32_t s3_crc32c(uint32_t crc, const void *buf, size_t len);
-
 /* The multipart ETag S3 computes: "\"hex(md5(md5(part1)||...||md5(partN)))-N\"" from the
  * parts' ETags (hex MD5s in quotes). Returns 0, or -EINVAL when an ETag is not an MD5. */
 int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72]);
