@@ -196,58 +196,6 @@ static void timer_disarm(s3_client *c, s3_timer *t)
     t->prev = t->next = NULL;
 }
 
-/* ---- results ---- */
-
-void s3_result_fail(s3_result *res, int err, const char *fmt, ...)
-{
-    res->err = err;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(res->error, sizeof res->error, fmt, ap);
-    va_end(ap);
-}
-
-/* Copies src into dst, cut to cap - 1 bytes. */
-static void copy_str(char *dst, size_t cap, const char *src)
-{
-    size_t n = src ? strlen(src) : 0;
-    if (n >= cap) n = cap - 1;
-    if (n) memcpy(dst, src, n);
-    dst[n] = '\0';
-}
-
-void s3_result_set(s3_result *res, const char *what, const char *bucket, const char *key,
-                   const s3_reply *rep)
-{
-    res->err = rep->err;
-    res->http_status = rep->status;
-    res->attempts = rep->attempts;
-    res->server_date_ms = rep->server_date_ms;
-    res->write_check = rep->write_check;
-    copy_str(res->s3_code, sizeof res->s3_code, rep->s3_code);
-    copy_str(res->message, sizeof res->message, rep->message);
-    copy_str(res->request_id, sizeof res->request_id, rep->request_id);
-    if (rep->etag[0]) copy_str(res->etag, sizeof res->etag, rep->etag);
-    if (!rep->err) {
-        res->error[0] = '\0';
-        return;
-    }
-    char rid[160] = "", line[1024];
-    if (rep->request_id[0]) snprintf(rid, sizeof rid, "req-id %.120s, ", rep->request_id);
-    const char *b = bucket ? bucket : "", *k = key ? key : "";
-    const char *s = rep->attempts == 1 ? "" : "s";
-    if (!rep->net_err && rep->status)
-        /* "503 SlowDown: Please reduce...", "403 SignatureDoesNotMatch", "404 Not Found" */
-        snprintf(line, sizeof line, "%.40s s3://%.63s/%.200s: %d %.63s%s%.180s (%s%d attempt%s)",
-                 what, b, k, rep->status, rep->s3_code[0] ? rep->s3_code : rep->message,
-                 rep->s3_code[0] && rep->message[0] ? ": " : "",
-                 rep->s3_code[0] ? rep->message : "", rid, rep->attempts, s);
-    else
-        snprintf(line, sizeof line, "%.40s s3://%.63s/%.200s: %.250s (%s%d attempt%s)", what, b, k,
-                 rep->message[0] ? rep->message : "transport failure", rid, rep->attempts, s);
-    copy_str(res->error, sizeof res->error, line);
-}
-
 /* ---- ops ---- */
 
 s3_op *s3_op_new(s3_client *c, size_t size, s3_done_fn cb, void *ctx)
@@ -639,8 +587,8 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
     }
     rep.net_err = net_err;
     rep.status = net_err ? 0 : a->status;
-    copy_str(rep.etag, sizeof rep.etag, a->etag);
-    copy_str(rep.request_id, sizeof rep.request_id, a->request_id);
+    s3_copy_str(rep.etag, sizeof rep.etag, a->etag);
+    s3_copy_str(rep.request_id, sizeof rep.request_id, a->request_id);
     rep.server_date_ms = a->date_ms;
     rep.body = a->body ? a->body : "";
     rep.body_len = a->body_len;
@@ -680,7 +628,7 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
         }
         if (rc < 0) {
             rep.net_err = net_err = corrupt ? -EBADMSG : -EPROTO;
-            copy_str(rep.message, sizeof rep.message, why[0] ? why : "malformed response");
+            s3_copy_str(rep.message, sizeof rep.message, why[0] ? why : "malformed response");
             if (corrupt) c->stats.corrupt_writes++;
         }
     } else if (!net_err) {
@@ -688,12 +636,12 @@ static void attempt_end(attempt *a, int net_err, const char *net_msg)
         if (s3_xml_parse_error(rep.body, rep.body_len, rep.s3_code, sizeof rep.s3_code,
                                rep.message, sizeof rep.message, rid, sizeof rid) != 0) {
             rep.s3_code[0] = '\0';
-            copy_str(rep.message, sizeof rep.message,
+            s3_copy_str(rep.message, sizeof rep.message,
                      rep.status == 404 ? "Not Found" : "no error document");
         }
-        if (!rep.request_id[0]) copy_str(rep.request_id, sizeof rep.request_id, rid);
+        if (!rep.request_id[0]) s3_copy_str(rep.request_id, sizeof rep.request_id, rid);
     } else {
-        copy_str(rep.message, sizeof rep.message, net_msg);
+        s3_copy_str(rep.message, sizeof rep.message, net_msg);
     }
     rep.body = "";
     rep.body_len = 0;
@@ -974,10 +922,10 @@ static int launch_fake(attempt *a)
     }
     if (rc == 0) {
         a->status = resp.status;
-        copy_str(a->etag, sizeof a->etag, resp.etag);
-        copy_str(a->request_id, sizeof a->request_id, resp.request_id);
-        copy_str(a->content_range, sizeof a->content_range, resp.content_range);
-        copy_str(a->checksum, sizeof a->checksum, resp.checksum_crc32c);
+        s3_copy_str(a->etag, sizeof a->etag, resp.etag);
+        s3_copy_str(a->request_id, sizeof a->request_id, resp.request_id);
+        s3_copy_str(a->content_range, sizeof a->content_range, resp.content_range);
+        s3_copy_str(a->checksum, sizeof a->checksum, resp.checksum_crc32c);
         if (!resp.date || s3_http_parse_date(resp.date, &a->date_ms)) a->date_ms = 0;
         a->content_length = resp.body_len;
         a->have_length = true;

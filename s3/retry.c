@@ -61,32 +61,6 @@ uint32_t s3_backoff_ms(int failures, uint32_t base_ms, uint32_t cap_ms, uint32_t
     return (uint32_t)(((uint64_t)r * (ceil_ms + 1)) >> 32);
 }
 
-int s3_error_code(int net_err, int status, const char *s3_code)
-{
-    if (net_err) {
-        switch (net_err) {
-        case -ETIMEDOUT:
-        case -ECONNREFUSED:
-        case -EHOSTUNREACH:
-        case -EMSGSIZE:
-        case -ENOMEM:
-        case -ECANCELED:
-        case -EINVAL:
-        case -EACCES:
-            return net_err;
-        default:
-            return DSTL_EREMOTE;
-        }
-    }
-    if (code_is(s3_code, "NoSuchKey") || code_is(s3_code, "NoSuchBucket") ||
-        code_is(s3_code, "NoSuchUpload") || status == 404)
-        return -ENOENT;
-    if (status == 412 || code_is(s3_code, "BucketAlreadyExists")) return -EEXIST;
-    if (status == 403) return -EACCES;
-    if (status == 416 || code_is(s3_code, "InvalidRange")) return -ERANGE;
-    return DSTL_EREMOTE;
-}
-
 size_t s3_part_count(uint64_t len, uint64_t part_size)
 {
     return (size_t)((len + part_size - 1) / part_size);

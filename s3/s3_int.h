@@ -125,9 +125,6 @@ s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code);
  * in [0, min(cap_ms, base_ms * 2^(failures-1))] from the 32-bit random r. */
 uint32_t s3_backoff_ms(int failures, uint32_t base_ms, uint32_t cap_ms, uint32_t r);
 
-/* The code an operation returns for a final failure (see the table at the top). */
-int s3_error_code(int net_err, int status, const char *s3_code);
-
 /* Number of parts for len bytes in part_size parts (len > 0, part_size > 0), and the
  * offset/length of part i (0-based). */
 size_t s3_part_count(uint64_t len, uint64_t part_size);
@@ -325,6 +322,26 @@ void s3_op_drop(s3_op *op);
  * incomplete too. */
 void s3_op_detach(s3_op *op);
 
+/* ---- results (s3/result.c): pure ---- */
+
+/* The code an operation returns for a final failure (see the table at the top of s3.h). */
+int s3_error_code(int net_err, int status, const char *s3_code);
+
+/* Fills res from a request's reply: code, detail and the one-line error
+ * "METHOD s3://bucket/key: ..." (what is e.g. "PUT", "UploadPart 3 of"). */
+void s3_result_set(s3_result *res, const char *what, const char *bucket, const char *key,
+                   const s3_reply *rep);
+
+/* Sets res->err and a one-line error for a failure that has no reply. */
+void s3_result_fail(s3_result *res, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Appends to res->error (cut to fit): what happened after the failure it names. */
+void s3_result_append(s3_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Copies src (NULL: "") into dst, cut to cap - 1 bytes. */
+void s3_copy_str(char *dst, size_t cap, const char *src);
+
 /* ---- detached cleanups (s3/cleanup.c) ---- */
 
 /* What a failed or cancelled write may have left, removed in this order: the multipart upload
@@ -344,15 +361,6 @@ typedef struct s3_cleanup_spec {
 /* Starts a detached cleanup (nothing to do: nothing started). 0, or -ENOMEM (then nothing
  * is cleaned: gc will). */
 int s3_cleanup_start(s3_client *c, const s3_cleanup_spec *spec);
-
-/* Fills res from a request's reply: code, detail and the one-line error
- * "METHOD s3://bucket/key: ..." (what is e.g. "PUT", "UploadPart 3 of"). */
-void s3_result_set(s3_result *res, const char *what, const char *bucket, const char *key,
-                   const s3_reply *rep);
-
-/* Sets res->err and a one-line error for a failure that has no reply. */
-void s3_result_fail(s3_result *res, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* The client's effective options (defaults applied). */
 const s3_opts *s3_client_opts(const s3_client *c);

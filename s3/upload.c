@@ -50,12 +50,6 @@ static bool is_conflict(const s3_reply *rep)
     return rep->status == 409 && strcmp(rep->s3_code, "ConditionalRequestConflict") == 0;
 }
 
-static void append(s3_result *res, const char *fmt, const char *detail)
-{
-    size_t el = strlen(res->error);
-    snprintf(res->error + el, sizeof res->error - el, fmt, detail);
-}
-
 /* ==== PutObject ==== */
 
 typedef enum {
@@ -109,7 +103,7 @@ static void put_cleanup(put_op *p)
     if (!p->maybe_landed) return;
     const char *etags[3] = {put_md5(p), p->bad_etag, p->got_etag};
     s3_cleanup_spec cs = {.bucket = p->bucket, .key = p->key, .etags = etags, .n_etags = 3};
-    if (s3_cleanup_start(p->op.c, &cs)) append(&p->outcome, "%s", "; no cleanup (out of memory)");
+    if (s3_cleanup_start(p->op.c, &cs)) s3_result_append(&p->outcome, "%s", "; no cleanup (out of memory)");
 }
 
 /* Reports the outcome (cleaning up detached after a failure). */
@@ -158,7 +152,7 @@ static void put_restart(put_op *p)
 {
     int rc = put_start_request(p);
     if (!rc) return;
-    if (rc != -ETIMEDOUT) append(&p->outcome, "; could not start another attempt: %s",
+    if (rc != -ETIMEDOUT) s3_result_append(&p->outcome, "; could not start another attempt: %s",
                                  strerrordesc_np(-rc));
     put_report(p);
 }
@@ -184,7 +178,7 @@ static void put_head(put_op *p, put_phase phase)
     p->phase = phase;
     S3_CHILD(s3_head_object(p->op.c, p->bucket, p->key, &p->child, put_child_done, p), p->child);
     if (rc) {
-        append(&p->outcome, "; could not start a HEAD: %s", strerrordesc_np(-rc));
+        s3_result_append(&p->outcome, "; could not start a HEAD: %s", strerrordesc_np(-rc));
         put_report(p);
     }
 }
@@ -232,14 +226,14 @@ static void put_child_done(void *ctx, const s3_result *r)
         } else if (!r->err) {
             if (p->settling_409) {
                 p->outcome.err = -EEXIST;
-                append(&p->outcome, "%s", "; the object that landed is not ours");
+                s3_result_append(&p->outcome, "%s", "; the object that landed is not ours");
             }
             put_report(p); /* -EEXIST: someone else's object */
         } else if (r->err == -ENOENT && p->settling_409) {
             put_restart(p); /* the conflicting upload did not land (yet): try again */
         } else {
             p->maybe_landed = true;
-            append(&p->outcome, "; could not tell whose object it is: %s", r->error);
+            s3_result_append(&p->outcome, "; could not tell whose object it is: %s", r->error);
             put_report(p);
         }
         return;
@@ -265,7 +259,7 @@ static void put_child_done(void *ctx, const s3_result *r)
             S3_CHILD(s3_delete_object(p->op.c, p->bucket, p->key, &p->child, put_child_done, p),
                      p->child);
             if (!rc) return;
-            append(&p->outcome, "; could not start deleting the corrupt copy: %s",
+            s3_result_append(&p->outcome, "; could not start deleting the corrupt copy: %s",
                    strerrordesc_np(-rc));
             put_report(p);
         } else if (!r->err && s3_etag_eq(r->etag, put_md5(p))) {
@@ -273,14 +267,14 @@ static void put_child_done(void *ctx, const s3_result *r)
         } else if (r->err == -ENOENT) {
             put_restart(p);
         } else {
-            append(&p->outcome, "; could not remove the corrupt copy: %s",
+            s3_result_append(&p->outcome, "; could not remove the corrupt copy: %s",
                    r->err ? r->error : "another object is there now");
             put_report(p);
         }
         return;
     case P_CORRUPT_DELETE:
         if (r->err) {
-            append(&p->outcome, "; could not delete the corrupt copy: %s", r->error);
+            s3_result_append(&p->outcome, "; could not delete the corrupt copy: %s", r->error);
             put_report(p);
         } else {
             put_restart(p);
@@ -414,7 +408,7 @@ static void complete_child_done(void *ctx, const s3_result *r)
         m->outcome.server_date_ms = date;
         snprintf(m->outcome.etag, sizeof m->outcome.etag, "%s", r->etag);
     } else if (r->err && r->err != -ENOENT) {
-        append(&m->outcome, "; could not tell whether the object is ours: %s", r->error);
+        s3_result_append(&m->outcome, "; could not tell whether the object is ours: %s", r->error);
     }
     complete_report(m);
 }
@@ -568,7 +562,7 @@ static void up_cleanup(up_op *u, bool failed)
         }
     }
     if (s3_cleanup_start(u->op.c, &cs))
-        append(&u->outcome, "%s", "; no cleanup (out of memory): left for gc");
+        s3_result_append(&u->outcome, "%s", "; no cleanup (out of memory): left for gc");
 }
 
 static void up_report(up_op *u)
@@ -585,7 +579,7 @@ static void up_fail(up_op *u, const s3_result *r, const char *suffix)
 {
     u->outcome = *r;
     u->outcome.list = NULL;
-    if (suffix) append(&u->outcome, "%s", suffix);
+    if (suffix) s3_result_append(&u->outcome, "%s", suffix);
     up_drop_children(u);
     if (u->phase != U_PRECHECK && u->phase != U_SINGLE) up_cleanup(u, true);
     up_report(u);
