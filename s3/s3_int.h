@@ -125,10 +125,14 @@ s3_retry_class s3_retry_classify(int net_err, int status, const char *s3_code);
  * in [0, min(cap_ms, base_ms * 2^(failures-1))] from the 32-bit random r. */
 uint32_t s3_backoff_ms(int failures, uint32_t base_ms, uint32_t cap_ms, uint32_t r);
 
+/* ---- part math (s3/upload.c) ---- */
+
 /* Number of parts for len bytes in part_size parts (len > 0, part_size > 0), and the
  * offset/length of part i (0-based). */
 size_t s3_part_count(uint64_t len, uint64_t part_size);
 void s3_part_range(uint64_t len, uint64_t part_size, size_t i, uint64_t *off, uint64_t *n);
+
+/* ---- ETags and the CRC32C header (s3/checksum.c) ---- */
 
 /* The multipart ETag S3 computes: "\"hex(md5(md5(part1)||...||md5(partN)))-N\"" from the
  * parts' ETags (hex MD5s in quotes). Returns 0, or -EINVAL when an ETag is not an MD5. */
@@ -203,7 +207,7 @@ int s3_xml_parse_delete_result(const char *xml, size_t len, size_t *n_errors, ch
 char *s3_xml_build_delete(const char *const *keys, size_t n, size_t *len);
 char *s3_xml_build_complete(const s3_part_info *parts, size_t n, size_t *len);
 
-/* ---- the request engine (s3/client.c), used by the operations (s3/ops.c, s3/upload.c) ----
+/* ---- the request engine (s3/client.c), used by the operations (s3/ops.c, s3/put.c, ...) ----
  * Client's thread only. A request is one logical HTTP request with its attempts (retries
  * after errors, hedges after attempt_timeout_ms); an op is what a caller (or a parent op)
  * waits on. */
