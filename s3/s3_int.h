@@ -207,7 +207,9 @@ int s3_xml_parse_delete_result(const char *xml, size_t len, size_t *n_errors, ch
 char *s3_xml_build_delete(const char *const *keys, size_t n, size_t *len);
 char *s3_xml_build_complete(const s3_part_info *parts, size_t n, size_t *len);
 
-/* ---- the request engine (s3/client.c), used by the operations (s3/ops.c, s3/put.c, ...) ----
+/* ---- the request engine (s3/request.c, s3/client.c; its own objects: s3/engine.h) ----
+ * Requests are started by s3/ops.c and s3/put.c; ops are made by those and s3/upload.c,
+ * s3/cleanup.c.
  * Client's thread only. A request is one logical HTTP request with its attempts (retries
  * after errors, hedges after attempt_timeout_ms); an op is what a caller (or a parent op)
  * waits on. */
@@ -220,7 +222,8 @@ typedef struct s3_reply {
     int err;            /* 0, or the final code (s3_error_code) */
     int net_err;        /* the last attempt's transport error (0 when a response came) */
     int status;         /* HTTP status of the last response */
-    const char *body;   /* response body (XML; error bodies included), NUL-terminated */
+    const char *body;   /* response body (XML; error bodies included), NUL-terminated;
+                         * valid in the check hook only ("" in a failure's callback) */
     size_t body_len;
     size_t got;         /* GET: bytes placed in the caller's buffer */
     uint64_t object_size; /* GET: total from Content-Range, else Content-Length */
