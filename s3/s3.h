@@ -7,7 +7,10 @@
  * s3_upload(): one PUT below a threshold, a parallel multipart upload above it. Every request
  * is retried (one classifier, full-jitter backoff, bounded attempts) and hedged (an attempt
  * slower than attempt_timeout_ms gets a parallel twin; the first success wins, the rest are
- * cancelled). Knows nothing of segments; includes only include/dstl.h of DSTL.
+ * cancelled). Knows nothing of segments; includes only include/dstl.h of DSTL, and takes its
+ * CRC32C from the caller (s3_opts.crc32c). This header is the interface; what the sources of
+ * s3/ share among themselves (SigV4 stages, retry policy, the request engine) is in
+ * s3/s3_int.h, for them and their tests only.
  *
  * Outcomes. Success of a write (PUT, UploadPart, Complete, s3_upload) means the server holds
  * exactly what was sent: every PUT and part is checked against the body (s3_write_check; a
