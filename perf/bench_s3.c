@@ -7,7 +7,8 @@
  *   s3.put4k_p99_us  and 99th percentile
  *   s3.md5_mb_s      OpenSSL MD5 over 64 MiB in memory (MiB/s, median of 3): the cost of
  *                    checking an unsigned PUT/part by its ETag (S3_VERIFY_AUTO on RGW 16)
- *   s3.crc32c_mb_s   CRC32C (s3_crc32c) on the same bytes: the UNSIGNED-PAYLOAD checksum
+ *   s3.crc32c_mb_s   CRC32C (wire_crc32c, what DSTL gives the client) on the same bytes: the
+ *                    UNSIGNED-PAYLOAD checksum
  *   s3.sha256_mb_s   SHA-256 on the same bytes: the signed-payload alternative
  * The three hash lines come first and need no server (`bench_s3 --hash` prints only them).
  * perf/s3.sh runs it beside rclone and curl and prints the ratios. Not a test.
@@ -21,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "s3/s3.h"
+#include "wire/wire.h"
 
 /* Bytes hashed per run by the hash lines: large enough to leave every cache. */
 #define HASH_BYTES (64u << 20)
@@ -54,7 +56,7 @@ static double hash_mb_s(hash_kind k, const uint8_t *buf, size_t len)
     for (int i = 0; i < 3; i++) {
         double t0 = now_s();
         if (k == H_CRC32C) {
-            sink ^= s3_crc32c(0, buf, len);
+            sink ^= wire_crc32c(0, buf, len);
         } else {
             uint8_t md[32];
             unsigned int n = sizeof md;
@@ -97,6 +99,7 @@ int main(int argc, char **argv)
         .connections = 4,
         .attempt_timeout_ms = 10000, /* measure the transfers, not hedging */
         .transfer_timeout_ms = 60000,
+        .crc32c = wire_crc32c,
     };
     if (!o.endpoint) {
         fprintf(stderr, "bench_s3: S3_ENDPOINT (and keys) must be set\n");

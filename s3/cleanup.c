@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 /* ListMultipartUploads pages looked at for strays: the key is unique per writer run, so its
  * uploads fit in a page of 1,000; a second page would mean something else is wrong (gc). */

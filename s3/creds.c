@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 static int copy_field(char *dst, size_t cap, const char *src)
 {

@@ -6,8 +6,9 @@
  * headers), checks a 2xx answer before it wins (a malformed XML answer is retried like a
  * network error), and turns the reply into the s3_result. The engine checks what is common
  * to requests: a GET's 206 against the range asked for (a 200 has the range taken out of the
- * whole object), an UploadPart's stored copy against the body (verify_write). PUT, Complete and s3_upload, which
- * need to resolve ambiguous outcomes and clean up, are in s3/upload.c.
+ * whole object), an UploadPart's stored copy against the body (verify_write). PUT and
+ * Complete, which need to resolve ambiguous outcomes and clean up, are in s3/put.c; s3_upload
+ * is in s3/upload.c.
  *
  * Threads: the client's thread only.
  */
@@ -19,7 +20,7 @@
 
 #include <openssl/evp.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 typedef enum {
     K_GET,

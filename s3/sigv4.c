@@ -20,7 +20,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 static const char hex_digits[] = "0123456789abcdef";
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 typedef struct waiter {
     bool done;

@@ -24,7 +24,7 @@
 #include <libxml/parser.h>
 #include <libxml/tree.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 static pthread_once_t xml_once = PTHREAD_ONCE_INIT;
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "tests/helpers_s3.h"
+#include "wire/wire.h"
 
 static int env_copy(const char *name, char *out, size_t cap, char *why, size_t why_cap)
 {
@@ -54,6 +55,7 @@ s3_opts t_s3_opts(const t_s3_env *e)
         .transfer_timeout_ms = 20000,
         .max_attempts = 3,
         .next_attempt_delay_ms = 20,
+        .crc32c = wire_crc32c,
     };
     return o;
 }

@@ -25,8 +25,8 @@ typedef struct t_s3_env {
 /* Reads the server's environment. 0, or -ENOENT with why[] naming the missing variable. */
 int t_s3_env_get(t_s3_env *e, char *why, size_t why_cap);
 
-/* Client options for e (path-style, as RGW needs), with short timeouts for tests. The
- * strings point into e. */
+/* Client options for e (path-style, as RGW needs; wire_crc32c, as DSTL gives it), with short
+ * timeouts for tests. The strings point into e. */
 s3_opts t_s3_opts(const t_s3_env *e);
 
 /* A unique bucket name "dstl-t-<tag>-<pid>-<n>" (tag is cut to fit 63 characters). */

@@ -12,7 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
+#include "wire/wire.h"
 
 typedef enum { A_ANSWER, A_HANG, A_FAIL } action;
 
@@ -38,6 +39,7 @@ typedef struct fake {
     int calls;
     char log[64][160]; /* "METHOD url" per call */
     bool headers_ok;
+    char sent_checksum[16]; /* x-amz-checksum-crc32c of the last request that had one */
 } fake;
 
 static fake F;
@@ -77,6 +79,8 @@ static int f_exchange(void *ctx, const s3_http_request *req, s3_http_response *r
             auth = true;
         if (strcmp(h, "x-amz-date: 20130524T000000Z") == 0) date = true;
         if (strncmp(h, "x-amz-content-sha256: ", 22) == 0) sha = true;
+        if (strncmp(h, "x-amz-checksum-crc32c: ", 23) == 0)
+            snprintf(f->sent_checksum, sizeof f->sent_checksum, "%s", h + 23);
     }
     if (!(auth && date && sha)) f->headers_ok = false;
     for (int i = 0; i < f->n_rules; i++) {
@@ -138,7 +142,7 @@ static s3_opts fake_opts(void)
                  .secret_key = "secret-test", .attempt_timeout_ms = 100,
                  .transfer_timeout_ms = 1000, .max_attempts = 3, .next_attempt_delay_ms = 50,
                  .now_ms = f_now, .wall_time_s = f_wall, .sleep_ms = f_sleep, .random = f_random,
-                 .seam_ctx = &F, .transport = &transport};
+                 .seam_ctx = &F, .transport = &transport, .crc32c = wire_crc32c};
     return o;
 }
 
@@ -400,7 +404,8 @@ Test(s3_engine, delete_objects_splits_into_batches)
 
 Test(s3_engine, bad_options_and_missing_credentials)
 {
-    s3_opts o = {.endpoint = "ftp://x", .access_key = "a", .secret_key = "b"};
+    s3_opts o = {.endpoint = "ftp://x", .access_key = "a", .secret_key = "b",
+                 .crc32c = wire_crc32c};
     s3_client *c;
     s3_result r;
     cr_assert_eq(s3_client_new(&o, &c, &r), -EINVAL);
@@ -408,10 +413,23 @@ Test(s3_engine, bad_options_and_missing_credentials)
     setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
     unsetenv("AWS_ACCESS_KEY_ID");
     unsetenv("AWS_SECRET_ACCESS_KEY");
-    s3_opts o2 = {.endpoint = "http://127.0.0.1:1"};
+    s3_opts o2 = {.endpoint = "http://127.0.0.1:1", .crc32c = wire_crc32c};
     cr_assert_eq(s3_client_new(&o2, &c, &r), -EINVAL);
     cr_assert(strstr(r.error, "no S3 credentials") && strstr(r.error, "/nonexistent/credentials"),
               "%s", r.error);
+}
+
+Test(s3_engine, refuses_options_without_a_crc32c)
+{
+    s3_opts o = fake_opts();
+    o.crc32c = NULL;
+    s3_client *c = NULL;
+    s3_result r;
+    cr_assert_eq(s3_client_new(&o, &c, &r), -EINVAL);
+    cr_assert_null(c);
+    cr_assert(strstr(r.error, "s3_opts.crc32c"), "names the option: %s", r.error);
+    cr_assert_eq(s3_client_new(NULL, &c, &r), -EINVAL, "no options: no CRC32C either");
+    cr_assert_null(c);
 }
 
 Test(s3_engine, credentials_precedence)
@@ -827,11 +845,37 @@ Test(s3_engine, if_none_match_put_with_a_wrong_etag_removes_the_copy_then_retrie
     s3_client_free(c);
 }
 
+/* s3/ keeps no CRC32C of its own: the caller's makes the header sent and checks the echo. */
+static int crc_calls;
+static uint32_t counting_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+    crc_calls++;
+    return wire_crc32c(crc, buf, len);
+}
+
+Test(s3_engine, checksum_comes_from_the_callers_crc32c)
+{
+    s3_opts o = fake_opts();
+    o.payload = S3_PAYLOAD_UNSIGNED_CRC32C;
+    o.crc32c = counting_crc32c;
+    s3_client *c = client_with(&o);
+    char good[9];
+    s3_crc32c_b64(wire_crc32c(0, "data", 4), good);
+    rule_x((fake_rule){.method = "PUT", .act = A_ANSWER, .status = 200, .etag = "\"e-1\"",
+                       .checksum = good});
+    s3_result r;
+    cr_assert_eq(s3_put_object_sync(c, "b", "k", "data", 4, false, &r), 0, "%s", r.error);
+    cr_assert_eq(r.write_check, S3_CHECK_CRC32C);
+    cr_assert_str_eq(F.sent_checksum, good);
+    cr_assert_eq(crc_calls, 1, "one CRC per request, for the header and the check");
+    s3_client_free(c);
+}
+
 Test(s3_engine, put_with_a_wrong_checksum_is_replaced)
 {
     s3_client *c = unsigned_client(S3_VERIFY_AUTO);
     char good[9];
-    s3_crc32c_b64(s3_crc32c(0, "data", 4), good);
+    s3_crc32c_b64(wire_crc32c(0, "data", 4), good);
     /* AWS: the ETag of an SSE-KMS object is no MD5; the checksum decides */
     rule_x((fake_rule){.method = "PUT", .act = A_ANSWER, .status = 200, .etag = "\"kms-1\"",
                        .checksum = "AAAAAA==", .times = 1});
@@ -882,7 +926,7 @@ Test(s3_engine, parts_with_a_wrong_etag_or_checksum_are_uploaded_again)
     char md5_full[72], md5_last[72], crc_full[9];
     s3_md5_etag(data, 1000, md5_full);
     s3_md5_etag(data, 500, md5_last);
-    s3_crc32c_b64(s3_crc32c(0, data, 1000), crc_full);
+    s3_crc32c_b64(wire_crc32c(0, data, 1000), crc_full);
     rule("POST", "uploads=", A_ANSWER, 200, INIT, NULL, 0);
     rule("PUT", "partNumber=1", A_ANSWER, 200, NULL, "\"00000000000000000000000000000bad\"", 1);
     rule("PUT", "partNumber=1", A_ANSWER, 200, NULL, md5_full, 0);

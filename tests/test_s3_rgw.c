@@ -16,6 +16,7 @@
 
 #include "helpers.h"
 #include "helpers_s3.h"
+#include "s3/s3_int.h"
 
 static t_s3_env env;
 static s3_client *cli;

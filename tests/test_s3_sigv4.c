@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 #define SECRET "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 #define ACCESS "AKIAIOSFODNN7EXAMPLE"

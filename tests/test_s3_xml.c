@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "s3/s3.h"
+#include "s3/s3_int.h"
 
 #define L(s) s, strlen(s)
 

@@ -7,6 +7,7 @@
 
 #include "dstl/err.h"
 #include "dstl/remote/remote.h"
+#include "wire/wire.h"
 
 static int bucket_ok(const char *b, size_t n)
 {
@@ -113,6 +114,7 @@ int remote_client_new(const config_values *cv, s3_client **out)
         .next_attempt_delay_ms = (uint32_t)cv->upload_next_attempt_delay_ms,
         .payload = cv->s3_payload == CFG_PAYLOAD_SHA256 ? S3_PAYLOAD_SHA256 : S3_PAYLOAD_UNSIGNED_CRC32C,
         .verify_writes = cv->s3_verify_writes == CFG_VERIFY_READ_BACK ? S3_VERIFY_READ_BACK : S3_VERIFY_AUTO,
+        .crc32c = wire_crc32c,
     };
     s3_result r;
     memset(&r, 0, sizeof r);

@@ -1,0 +1,45 @@
+/*
+ * s3/timer.c — the client's timers: hedges, backoffs and the test transport's delays, on one
+ * list sorted by due time (the loop waits until the first, then fires what is due).
+ *
+ * Why a list: a client has few timers (about one per running attempt and one per request
+ * waiting to retry), so a sorted list is enough, and the next due time is its head. The clock
+ * is the caller's (s3_client_now_ms, which tests inject).
+ * Threads: the client's thread only.
+ */
+#include "s3/engine.h"
+
+void s3_timer_arm(s3_timer **list, s3_timer *t, uint64_t due_ms, void (*fire)(s3_timer *))
+{
+    t->due_ms = due_ms;
+    t->fire = fire;
+    t->armed = true;
+    s3_timer **pp = list, *prev = NULL;
+    while (*pp && (*pp)->due_ms <= due_ms) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    t->next = *pp;
+    t->prev = prev;
+    if (*pp) (*pp)->prev = t;
+    *pp = t;
+}
+
+void s3_timer_disarm(s3_timer **list, s3_timer *t)
+{
+    if (!t->armed) return;
+    if (t->prev) t->prev->next = t->next;
+    else *list = t->next;
+    if (t->next) t->next->prev = t->prev;
+    t->armed = false;
+    t->prev = t->next = NULL;
+}
+
+void s3_timers_fire(s3_timer **list, uint64_t now_ms)
+{
+    s3_timer *t;
+    while ((t = *list) && t->due_ms <= now_ms) {
+        s3_timer_disarm(list, t);
+        t->fire(t);
+    }
+}
