@@ -31,25 +31,6 @@
 
 #include "s3/engine.h"
 
-/* ---- clock, random ---- */
-
-uint64_t s3_client_now_ms(const s3_client *c)
-{
-    if (c->o.now_ms) return c->o.now_ms(c->o.seam_ctx);
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint32_t s3_client_random(s3_client *c)
-{
-    if (c->o.random) return c->o.random(c->o.seam_ctx);
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return (uint32_t)(c->rng >> 32);
-}
-
 /* ---- ops ---- */
 
 s3_op *s3_op_new(s3_client *c, size_t size, s3_done_fn cb, void *ctx)
@@ -310,6 +291,7 @@ int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res)
     opts_defaults(&o);
 
     s3_client *c = calloc(1, sizeof *c);
+    if (c) c->attempt_end = s3_attempt_end;   /* how the transports end an attempt */
     if (!c) return s3_result_fail(res, -ENOMEM, "S3 client: out of memory"), -ENOMEM;
     char ep[300];
     if (!o.endpoint || !*o.endpoint) {

@@ -14,8 +14,8 @@
  *   endpoint.c        the endpoint, and each request's path, host and URL
  *
  * An attempt runs on one of the two transports: the engine starts it (s3_curl_start or
- * s3_fake_start), a transport ends it with s3_attempt_end, and the engine stops one it no
- * longer wants (s3_curl_stop or s3_fake_stop). Both fill the same response fields and pass
+ * s3_fake_start), a transport ends it with s3_attempt_end (through c->attempt_end), and the
+ * engine stops one it no longer wants (s3_curl_stop or s3_fake_stop). Both fill the same response fields and pass
  * body bytes through s3_attempt_deliver, so everything after them is shared.
  *
  * Threads: the client's thread only, except s3_curl_wakeup (any thread).
@@ -59,6 +59,9 @@ typedef struct s3_attempt s3_attempt;
 #define S3_AUTHORITY_CAP 256 /* host[:port] of the endpoint */
 
 struct s3_client {
+    /* s3_attempt_end (request.c), called by the transports through this pointer: they sit
+     * below the engine and call nothing of it directly */
+    void (*attempt_end)(s3_attempt *a, int net_err, const char *net_msg);
     s3_opts o;           /* defaults applied; strings point into the owned copies below */
     char *endpoint, *region, *ca_file;
     char scheme[S3_SCHEME_CAP];

@@ -260,6 +260,6 @@ void s3_curl_perform(s3_client *c)
                      a->errbuf[0] ? a->errbuf : curl_easy_strerror(cc));
         else
             msg[0] = '\0';
-        s3_attempt_end(a, err, msg);
+        a->req->c->attempt_end(a, err, msg);
     }
 }

@@ -21,7 +21,7 @@
 static void on_fake_timeout(s3_timer *t)
 {
     s3_attempt *a = s3_container_of(t, s3_attempt, fake_timer);
-    s3_attempt_end(a, -ETIMEDOUT, "operation timed out (test transport)");
+    a->req->c->attempt_end(a, -ETIMEDOUT, "operation timed out (test transport)");
 }
 
 /* A delayed test answer is due: it is processed like one that came at once. */
@@ -101,6 +101,6 @@ void s3_fake_deliver(s3_client *c)
         char msg[96];
         snprintf(msg, sizeof msg, "%s (test transport)",
                  a->fake_rc ? strerrordesc_np(-a->fake_rc) : "");
-        s3_attempt_end(a, a->fake_rc, msg);
+        a->req->c->attempt_end(a, a->fake_rc, msg);
     }
 }
