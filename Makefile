@@ -53,8 +53,10 @@ CMD_SRCS   := $(wildcard dstl/cmd*.c)
 CMD_OBJS   := $(CMD_SRCS:%.c=$(B)/obj/%.o)
 TEST_SRCS  := $(wildcard tests/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
-THELP_SRCS := $(wildcard tests/helpers*.c)
+THELP_SRCS := $(wildcard tests/helpers*.c) tests/payload.c
 THELP_OBJS := $(THELP_SRCS:%.c=$(B)/obj/%.o)
+# The one payload generator (tests/payload.h), linked into the tests, the tools and perf.
+PAYLOAD_OBJ := $(B)/obj/tests/payload.o
 TOOL_SRCS  := $(wildcard tests/tools/*.c)
 TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%) \
               $(B)/tools/crash_child-skip-fdatasync $(B)/tools/crash_child-skip-dirsync
@@ -118,9 +120,9 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
 
-$(B)/tools/%: $(B)/obj/tests/tools/%.o $(B)/libdstl.a
+$(B)/tools/%: $(B)/obj/tests/tools/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
 # The power-cut simulator (tests/tools/powercut_fs.c) is the one program on libfuse3; it does not
 # link the library, and the library's link line never has fuse3.
@@ -142,13 +144,13 @@ SEGSTORE_VARIANTS := skip-fdatasync skip-dirsync
 $(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/segstore-%.o): $(B)/obj/dstl/segstore-%.o: dstl/segstore.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
-$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(B)/libdstl.a
+$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/segstore-%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
-$(B)/perf/%: $(B)/obj/perf/%.o $(B)/libdstl.a
+$(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
 # make test [SANITIZE=...] [TESTS=pattern]: every test binary, with the S3 server started
 # (and stopped, also on failure) by tests/run.sh.

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/payload.h"
+
 static int remote_on;
 static t_s3_env renv;
 static char rbucket[64];
@@ -86,25 +88,12 @@ dstl_storage *t_storage_open(const char *dir, ...)
     return s;
 }
 
-size_t t_payload(uint32_t wid, uint64_t seq, uint8_t *buf, size_t cap, size_t max_len)
-{
-    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 32);
-    x ^= x >> 29;
-    size_t len = max_len ? (size_t)(x % (max_len + 1)) : 0;
-    if (len > cap) len = cap;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        buf[i] = (uint8_t)(x >> 56);
-    }
-    return len;
-}
-
 uint64_t t_append_n(dstl_writer *w, uint32_t wid, uint64_t n, uint32_t kg_first, uint32_t nkg, size_t max_len)
 {
     uint8_t *buf = malloc(max_len + 1);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t seq = dstl_writer_next_seq(w);
-        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        size_t len = payload_make(PAYLOAD_RANDOM, wid, seq, max_len, buf);
         cr_assert_eq(dstl_append(w, kg_first + (uint32_t)(seq % nkg), buf, len), 0, "%s", dstl_last_error());
     }
     free(buf);
@@ -128,7 +117,6 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
     dstl_reader *r = NULL;
     int rc = dstl_reader_open(s, h, kgf, kgl, &r);
     if (rc < 0) return rc;
-    uint8_t *want = malloc(max_len + 1);
     uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
     long n = 0;
     dstl_record rec;
@@ -146,10 +134,11 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
             break;
         }
         cr_expect_eq(rec.key_group, kg_first + (uint32_t)(seq % nkg));
-        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        size_t len = payload_len(wid, seq, max_len);
         cr_expect_eq(rec.len, len, "seq %lu: len %zu, expected %zu", (unsigned long)seq, rec.len, len);
-        if (rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
-            cr_expect_fail("seq %lu: payload differs", (unsigned long)seq);
+        size_t at = rec.len == len ? payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) : 0;
+        if (rec.len != len || at != len) {
+            if (rec.len == len) cr_expect_fail("seq %lu: payload differs from byte %zu on", (unsigned long)seq, at);
             rc = -1;
             break;
         }
@@ -163,7 +152,6 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
             seq++;
         }
     }
-    free(want);
     dstl_reader_close(r);
     return rc < 0 ? rc : n;
 }

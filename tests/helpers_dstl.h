@@ -1,5 +1,7 @@
 /*
- * tests/helpers_dstl.h — helpers for tests of the storage API (t_ prefix).
+ * tests/helpers_dstl.h — helpers for tests of the storage API (t_ prefix). Records of the
+ * helpers are PAYLOAD_RANDOM payloads (tests/payload.h) of stream `wid`, index seq.
+ * Threads: a test's own thread (Criterion asserts).
  */
 #ifndef DSTL_TESTS_HELPERS_DSTL_H
 #define DSTL_TESTS_HELPERS_DSTL_H
@@ -14,13 +16,12 @@
 dstl_storage *t_storage_open(const char *dir, ...);
 dstl_config *t_config(const char *dir, ...);
 
-/* The deterministic payload of record seq of writer `wid`: length and bytes. */
-size_t t_payload(uint32_t wid, uint64_t seq, uint8_t *buf, size_t cap, size_t max_len);
-/* Appends n records (data in key group kg_first + seq % nkg) to w; returns next seq. */
+/* Appends n records (data in key group kg_first + seq % nkg; payload_make(PAYLOAD_RANDOM, wid,
+ * seq, max_len)) to w; returns next seq. */
 uint64_t t_append_n(dstl_writer *w, uint32_t wid, uint64_t n, uint32_t kg_first, uint32_t nkg, size_t max_len);
 /* persist + wait + result; asserts success. */
 dstl_handle *t_persist(dstl_writer *w, uint64_t from, uint64_t cp);
-/* Reads h with [kgf, kgl] and checks every record against t_payload(wid, ...) and that the
+/* Reads h with [kgf, kgl] and checks every record against its payload (stream wid) and that the
  * seqs are exactly those in [from, to) whose key group (kg_first + seq % nkg) is in range.
  * Returns the number of records read, or a negative error. */
 long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_first, uint32_t nkg,

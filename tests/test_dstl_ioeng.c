@@ -16,6 +16,7 @@
 
 #include "dstl/err.h"
 #include "dstl/ioeng.h"
+#include "tests/payload.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])
@@ -47,14 +48,8 @@ static int open_file(const char *name)
     return fd;
 }
 
-static void fill(unsigned char *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
+/* The bytes of test buffer `seed` (tests/payload.h). */
+static void fill(unsigned char *buf, size_t len, unsigned seed) { payload_fill(PAYLOAD_RANDOM, seed, 0, buf, len); }
 
 /* The file's bytes equal buf[0, len) and it is exactly len long. */
 static void expect_content(int fd, const unsigned char *buf, size_t len, const char *what)

@@ -21,6 +21,7 @@
 #include "dstl/err.h"
 #include "dstl/ioeng.h"
 #include "dstl/segstore.h"
+#include "tests/payload.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])
@@ -118,14 +119,8 @@ static void settle(segstore *s)
     }
 }
 
-static void fill(unsigned char *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 7;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
+/* The bytes of test segment `seed` (tests/payload.h). */
+static void fill(unsigned char *buf, size_t len, unsigned seed) { payload_fill(PAYLOAD_RANDOM, seed, 0, buf, len); }
 
 static void expect_segment(const char *name, const unsigned char *buf, size_t len)
 {

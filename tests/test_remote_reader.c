@@ -9,7 +9,8 @@
  * everything back.
  *
  * Records: writer `wid`, seq n: a meta record when n % META_EVERY == 7, else a data record in
- * key group n % NKG; payloads from t_payload. Every read is checked record by record.
+ * key group n % NKG; payloads PAYLOAD_RANDOM of stream wid, index n (tests/payload.h). Every
+ * read is checked record by record.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -31,6 +32,7 @@
 #include "helpers.h"
 #include "helpers_dstl.h"
 #include "helpers_s3.h"
+#include "payload.h"
 #include "wire/wire.h"
 
 #define NKG 16u
@@ -77,7 +79,7 @@ static void append_mix(dstl_writer *w, uint32_t wid, uint64_t n, size_t max_len)
     uint8_t *buf = malloc(max_len + 1);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t seq = dstl_writer_next_seq(w);
-        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        size_t len = payload_make(PAYLOAD_RANDOM, wid, seq, max_len, buf);
         int rc = is_meta(seq) ? dstl_append_meta(w, buf, len) : dstl_append(w, (uint32_t)(seq % NKG), buf, len);
         cr_assert_eq(rc, 0, "%s", dstl_last_error());
     }
@@ -94,7 +96,6 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
     dstl_reader *r = NULL;
     int rc = dstl_reader_open(s, h, kgf, kgl, &r);
     if (rc < 0) return rc;
-    uint8_t *want = malloc(max_len + 1);
     uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
     long n = 0;
     dstl_record rec;
@@ -102,9 +103,9 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
         while (seq < to && !is_meta(seq) && !(seq % NKG >= kgf && seq % NKG <= kgl)) seq++;
         rc = dstl_reader_next(r, &rec);
         if (rc <= 0) break;
-        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        size_t len = payload_len(wid, seq, max_len);
         if (rec.seq != seq || rec.is_meta != is_meta(seq) || (!rec.is_meta && rec.key_group != seq % NKG) ||
-            rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
+            rec.len != len || payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) != len) {
             snprintf(why, why_cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu",
                      wid, (unsigned long)rec.seq, rec.is_meta, rec.key_group, rec.len, (unsigned long)seq);
             rc = -1;
@@ -120,7 +121,6 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
             rc = -1;
         }
     }
-    free(want);
     dstl_reader_close(r);
     return rc < 0 ? rc : n;
 }
@@ -957,7 +957,7 @@ Test(remote_reader, cache_ranges_merge_and_hit_only_when_covered)
 {
     rcache *c = cache_new(rdir, "run1", 1 << 20, 600000);
     uint8_t src[100], dst[100];
-    t_fill(src, sizeof src, 7);
+    payload_fill(PAYLOAD_RANDOM, 7, 0, src, sizeof src);
     cache_entry *e = cache_acquire(c, "s3://b/k1");
     cr_assert(e);
     cr_expect_eq(cache_read(c, e, 0, 10, dst), 0);
@@ -987,7 +987,7 @@ Test(remote_reader, cache_evicts_least_recent_unreferenced_beyond_max_size)
 {
     rcache *c = cache_new(rdir, "run1", 100, 600000);
     uint8_t src[60], dst[60];
-    t_fill(src, sizeof src, 9);
+    payload_fill(PAYLOAD_RANDOM, 9, 0, src, sizeof src);
     cache_entry *a = cache_acquire(c, "s3://b/a");
     cache_insert(c, a, 0, 60, src);
     cache_release(c, a);

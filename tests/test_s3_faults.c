@@ -13,6 +13,7 @@
 
 #include "helpers.h"
 #include "helpers_s3.h"
+#include "payload.h"
 
 static t_s3_env env;
 static s3_client *direct; /* straight to the server: setup and checks */
@@ -91,7 +92,7 @@ static uint8_t *pattern(size_t len, uint64_t seed)
 {
     uint8_t *p = malloc(len);
     cr_assert(p);
-    t_fill(p, len, seed);
+    payload_fill(PAYLOAD_RANDOM, seed, 0, p, len);
     return p;
 }
 

@@ -16,6 +16,7 @@
 
 #include "helpers.h"
 #include "helpers_s3.h"
+#include "payload.h"
 
 static t_s3_env env;
 static s3_client *cli;
@@ -45,7 +46,7 @@ static void *pattern(size_t len, uint64_t seed)
 {
     void *p = malloc(len);
     cr_assert(p);
-    t_fill(p, len, seed);
+    payload_fill(PAYLOAD_RANDOM, seed, 0, p, len);
     return p;
 }
 
