@@ -57,6 +57,9 @@ THELP_SRCS := $(wildcard tests/helpers*.c) tests/payload.c
 THELP_OBJS := $(THELP_SRCS:%.c=$(B)/obj/%.o)
 # The one payload generator (tests/payload.h), linked into the tests, the tools and perf.
 PAYLOAD_OBJ := $(B)/obj/tests/payload.o
+# The API cases (tests/api_cases.c), linked into the two binaries that run them: test_dstl_api
+# (local durability) and test_remote_api (remote), each supplying its storage's settings.
+API_CASES_OBJ := $(B)/obj/tests/api_cases.o
 TOOL_SRCS  := $(wildcard tests/tools/*.c)
 TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%) \
               $(B)/tools/crash_child-skip-fdatasync $(B)/tools/crash_child-skip-dirsync
@@ -118,7 +121,10 @@ $(B)/dstl: $(CMD_OBJS) $(B)/libdstl.a
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_CASES) $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
+
+$(B)/tests/test_dstl_api $(B)/tests/test_remote_api: $(API_CASES_OBJ)
+$(B)/tests/test_dstl_api $(B)/tests/test_remote_api: TEST_CASES := $(API_CASES_OBJ)
 
 $(B)/tools/%: $(B)/obj/tests/tools/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
