@@ -2,7 +2,6 @@
  * tests/helpers_dstl.c — see helpers_dstl.h.
  */
 #include "tests/helpers_dstl.h"
-#include "tests/helpers_s3.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -13,31 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/helpers.h"
+#include "tests/helpers_remote.h"
 #include "tests/payload.h"
 
-static int remote_on;
-static t_s3_env renv;
-static char rbucket[64];
-static s3_client *rcli;
+static const t_remote *remote;     /* remote mode: t_config_remote */
 
-void t_remote_enable(void) { remote_on = 1; }
-int t_remote_enabled(void) { return remote_on; }
-
-void t_remote_begin(const char *tag)
-{
-    if (!remote_on) return;
-    char why[512];
-    cr_assert_eq(t_s3_setup(&renv, &rcli, rbucket, sizeof rbucket, tag, why, sizeof why), 0, "S3: %s", why);
-}
-
-void t_remote_end(void)
-{
-    if (!rcli) return;
-    char why[512];
-    t_s3_drop_bucket(rcli, rbucket, why, sizeof why);
-    s3_client_free(rcli);
-    rcli = NULL;
-}
+void t_config_remote(const t_remote *f) { remote = f; }
 
 static dstl_config *config_va(const char *dir, va_list ap)
 {
@@ -45,17 +26,8 @@ static dstl_config *config_va(const char *dir, va_list ap)
     cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0);
     cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0);
-    if (remote_on) {
-        cr_assert_not_null(rcli, "remote mode without t_remote_begin");
-        char uri[128];
-        snprintf(uri, sizeof uri, "s3://%s/p", rbucket);
-        cr_assert_eq(dstl_config_set(c, "dstl.remote.uri", uri), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.durability", "remote"), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", renv.endpoint), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.region", renv.region), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.access-key", renv.access_key), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.secret-key", renv.secret_key), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.path-style", "true"), 0);
+    if (remote) {
+        t_remote_set(remote, c);
         /* RGW 16 ignores checksum headers; a signed body digest it verifies */
         cr_assert_eq(dstl_config_set(c, "dstl.s3.payload-signing", "sha256"), 0);
     }
@@ -161,15 +133,15 @@ static size_t count_local(const char *dir);
 size_t t_count_segments(const char *dir)
 {
     size_t local = count_local(dir);
-    if (!rcli) return local;
+    if (!remote) return local;
     size_t objects = 0, uploads = 0;
     for (int i = 0; i < 1000; i++) {           /* remote deletes run after the local unlink */
-        cr_assert_eq(t_s3_count(rcli, rbucket, "p/", &objects, &uploads), 0);
+        t_remote_count(remote, &objects, &uploads);
         local = count_local(dir);
         if (objects == local && uploads == 0) break;
         usleep(10000);
     }
-    cr_expect_eq(objects, local, "%zu segment objects in s3://%s/p/, %zu local segments", objects, rbucket, local);
+    cr_expect_eq(objects, local, "%zu segment objects in %s/, %zu local segments", objects, remote->uri, local);
     cr_expect_eq(uploads, 0, "%zu incomplete multipart uploads left", uploads);
     return local;
 }

@@ -11,6 +11,8 @@
 
 #include "dstl.h"
 
+struct t_remote;
+
 /* Opens a storage on dir with local durability; then key/value pairs, NULL-terminated,
  * override the config. Asserts on failure. */
 dstl_storage *t_storage_open(const char *dir, ...);
@@ -28,16 +30,14 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
               uint32_t kgf, uint32_t kgl, size_t max_len);
 /* Number of *.seg files in dir that are not empty (reserved names are empty). In remote
  * mode it also expects (waiting up to 10 s for deletes in flight) the same number of
- * segment objects under the test bucket's prefix. */
+ * segment objects under the fixture's prefix, and no incomplete multipart upload. */
 size_t t_count_segments(const char *dir);
 
-/* Remote mode, for test_remote_* binaries that run a local suite again with remote
- * durability: t_remote_enable() (from a constructor) makes every t_config/t_storage_open add
- * dstl.remote.uri (a fresh bucket per test, made by t_remote_begin in the suite's init and
- * dropped by t_remote_end in its fini) and dstl.durability: remote. */
-void t_remote_enable(void);
-int t_remote_enabled(void);
-void t_remote_begin(const char *tag);
-void t_remote_end(void);
+/* Remote mode, for a binary that runs cases written for local durability again with remote
+ * durability (test_remote_api, test_remote_localfail): while f is set (from a .init, after
+ * t_remote_init), every t_config / t_storage_open also gets t_remote_config's settings
+ * (f's URI, durability remote) and t_count_segments checks f's prefix too. NULL (from .fini,
+ * before t_remote_fini) ends it. */
+void t_config_remote(const struct t_remote *f);
 
 #endif

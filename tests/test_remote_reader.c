@@ -31,24 +31,19 @@
 #include "dstl/storage_test.h"
 #include "helpers.h"
 #include "helpers_dstl.h"
-#include "helpers_s3.h"
+#include "helpers_remote.h"
 #include "payload.h"
 #include "wire/wire.h"
 
 #define NKG 16u
 #define META_EVERY 50u
-#define PREFIX "rd"
 
-static t_s3_env env;
-static s3_client *cli;
-static char bucket[64];
+static t_remote fx;
 static char *wdir, *rdir, *rdir2;
 
 static void setup(void)
 {
-    char why[512];
-    if (t_s3_setup(&env, &cli, bucket, sizeof bucket, "reader", why, sizeof why))
-        cr_assert_fail("%s", why);
+    t_remote_init(&fx, "reader");
     wdir = t_mkdtemp("rd-w");
     rdir = t_mkdtemp("rd-r");
     rdir2 = t_mkdtemp("rd-r2");
@@ -56,10 +51,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char why[512] = "";
-    if (cli && bucket[0] && t_s3_drop_bucket(cli, bucket, why, sizeof why)) fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(cli);
-    cli = NULL;
+    t_remote_fini(&fx);
     t_rm_rf(wdir);
     t_rm_rf(rdir);
     t_rm_rf(rdir2);
@@ -181,7 +173,7 @@ static void write_local(scenario *sc)
 static void seg_key(const char *name, char *key, size_t cap)
 {
     remote_loc loc;
-    cr_assert_eq(remote_parse_uri("s3://x-bucket/" PREFIX, "test", &loc), 0);
+    cr_assert_eq(remote_parse_uri(fx.uri, "test", &loc), 0);
     cr_assert_eq(remote_key(&loc, name, key, cap), 0);
 }
 
@@ -226,14 +218,14 @@ static void upload(const char *skip, const char *flip, uint64_t flip_at)
             }
             seg_key(names[i], key, sizeof key);
             s3_result res;
-            cr_assert_eq(s3_put_object_sync(cli, bucket, key, buf, len, false, &res), 0, "%s", res.error);
+            cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, key, buf, len, false, &res), 0, "%s", res.error);
             free(buf);
         }
         free(names[i]);
     }
 }
 
-/* h with remote_uri s3://bucket/PREFIX: through the bytes, as another process would get it. */
+/* h with remote_uri the fixture's URI: through the bytes, as another process would get it. */
 static dstl_handle *with_remote(dstl_handle *h)
 {
     void *buf;
@@ -244,9 +236,7 @@ static dstl_handle *with_remote(dstl_handle *h)
     cr_assert_eq(wire_handle_decode(buf, len, &wh, &e), 0, "%s", e.msg);
     free(buf);
     free(wh->remote_uri);
-    char uri[128];
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, PREFIX);
-    wh->remote_uri = strdup(uri);
+    wh->remote_uri = strdup(fx.uri);
     cr_assert_eq(wire_handle_encode(wh, &buf, &len, &e), 0, "%s", e.msg);
     wire_handle_free(wh);
     dstl_handle *out = NULL;
@@ -280,9 +270,8 @@ static void scenario_free(scenario *sc)
  * nothing remote), plus up to two more key/value pairs. */
 static dstl_storage *open_rd(const char *dir, const char *k1, const char *v1, const char *k2, const char *v2)
 {
-    dstl_config *c = t_config(dir, "dstl.s3.endpoint", env.endpoint, "dstl.s3.access-key", env.access_key,
-                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.region", env.region,
-                              "dstl.s3.path-style", "true", NULL);
+    dstl_config *c = t_config(dir, NULL);
+    t_remote_set_s3(&fx, c);
     if (k1) cr_assert_eq(dstl_config_set(c, k1, v1), 0, "%s", dstl_last_error());
     if (k2) cr_assert_eq(dstl_config_set(c, k2, v2), 0, "%s", dstl_last_error());
     dstl_storage *s = NULL;
@@ -471,7 +460,7 @@ Test(remote_reader, corrupted_remote_object_is_ecorrupt_naming_it)
     dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
     char key[1024], uri[1200];
     seg_key(names[0], key, sizeof key);
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
     dstl_reader *r = NULL;
     cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
     dstl_record rec;
@@ -502,7 +491,7 @@ Test(remote_reader, missing_object_is_enoent_naming_it)
     dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
     char key[1024], uri[1200];
     seg_key(names[1], key, sizeof key);
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
     /* The records of the first segment come, then the error of the second. */
     dstl_reader *r = NULL;
     cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
@@ -804,7 +793,7 @@ Test(remote_reader, bad_local_copy_and_bad_or_missing_object_name_both)
     for (int i = 0; i < 2; i++) {
         char key[1024], uri[1200], path[4200];
         seg_key(names[i], key, sizeof key);
-        snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+        snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
         snprintf(path, sizeof path, "%s/%s", wdir, names[i]);
         if (i == 1) flip_local(names[0], WIRE_SEG_HEADER_LEN + 60);   /* segment 0 good again */
         long n = 0;
