@@ -163,3 +163,38 @@ static size_t count_local(const char *dir)
     closedir(d);
     return n;
 }
+
+void t_engine_or_skip(const char *name)
+{
+    char *dir = t_mkdtemp("engine");
+    cr_assert_not_null(dir, "no scratch dir for probing engine %s", name);
+    int rc = 0, control = 0;
+    char detail[512] = "";
+    for (int pass = 0; pass < 2; pass++) {
+        const char *engine = pass == 0 ? name : "psync";
+        dstl_config *c = NULL;
+        cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.io.engine", engine), 0, "engine '%s': %s", engine, dstl_last_error());
+        dstl_storage *s = NULL;
+        int r = dstl_storage_open(c, &s);
+        dstl_config_free(c);
+        if (r == 0) cr_assert_eq(dstl_storage_close(s), 0, "closing the %s probe: %s", engine, dstl_last_error());
+        if (pass == 0) {
+            rc = r;
+            if (r == 0) break;                  /* the engine works */
+            snprintf(detail, sizeof detail, "%s", dstl_last_error());
+        } else {
+            control = r;
+        }
+    }
+    t_rm_rf(dir);
+    free(dir);
+    if (rc == 0) return;
+    cr_assert_eq(control, 0, "engine %s: the probe failed (%d: %s), and so did psync (%d: %s): not the engine",
+                 name, rc, detail, control, dstl_last_error());
+    const char *ename = rc < 0 && rc > -4096 ? strerrorname_np(-rc) : NULL;
+    cr_skip_test("I/O engine %s is unavailable here: opening a storage on it failed with %s (%d, %s): %s", name,
+                 ename ? ename : "a DSTL code", rc, dstl_strerror(rc), detail);
+}

@@ -40,4 +40,11 @@ size_t t_count_segments(const char *dir);
  * before t_remote_fini) ends it. */
 void t_config_remote(const struct t_remote *f);
 
+/* For a test that needs the I/O engine `name` ("io_uring", "libaio", "psync"), which the
+ * kernel may lack or forbid (an old kernel, a seccomp profile, io_uring_disabled, a full
+ * fs.aio-max-nr): opens a storage on it in a scratch dir; when that fails while the same
+ * storage on psync opens, the test is SKIPPED (cr_skip_test) with the engine, the errno and
+ * the library's detail. Any other failure fails the test. */
+void t_engine_or_skip(const char *name);
+
 #endif

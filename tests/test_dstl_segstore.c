@@ -21,6 +21,7 @@
 #include "dstl/err.h"
 #include "dstl/ioeng.h"
 #include "dstl/segstore.h"
+#include "tests/helpers_dstl.h"
 #include "tests/payload.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
@@ -70,8 +71,10 @@ static void on_done(void *ctx, int res, const char *detail)
         cr_assert_str_eq(detail, "");
 }
 
+/* A store on `engine`, or the test is skipped when the kernel lacks it (t_engine_or_skip). */
 static segstore *open_store(const char *engine, struct ioeng_fault *f, unsigned depth)
 {
+    t_engine_or_skip(engine);
     struct segstore_opts o = {.dir = store_dir, .engine = engine, .fault = f,
                               .queue_depth = depth};
     segstore *s = NULL;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
+#include "tests/helpers_dstl.h"
 #include "tests/helpers_remote.h"
 #include "wire/wire.h"
 
@@ -209,6 +210,7 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
      .fini = teardown, .timeout = 900)
 {
     static const char *engines[] = {"io_uring", "libaio", "psync"};
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) t_engine_or_skip(engines[k]);
     int trials = getenv("DSTL_SOAK") ? 200 : 20;
     cr_assert_eq(access(tool(), X_OK), 0, "the crash tool %s is missing (build it with make)", tool());
     cr_assert_eq(access(bin(), X_OK), 0, "the dstl command %s is missing (build it with make)", bin());

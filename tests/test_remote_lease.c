@@ -143,6 +143,7 @@ static const char *tool(void)
  * sweeps what no live handle needs, and the stale lease with it. */
 Test(remote_lease, a_killed_runs_objects_wait_for_its_lease_to_go_stale)
 {
+    t_engine_or_skip("io_uring");                   /* the child's engine */
     char adir[4200], hdir[4200];
     snprintf(adir, sizeof adir, "%s/a", fx.dir);
     snprintf(hdir, sizeof hdir, "%s/handles", fx.dir);
