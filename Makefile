@@ -158,10 +158,15 @@ $(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
-# make test [SANITIZE=...] [TESTS=pattern]: every test binary, with the S3 server started
-# (and stopped, also on failure) by tests/run.sh.
+# make test [SANITIZE=...] [TESTS=pattern]: first the structure check (scripts/check-structure:
+# its self-test, then the tree), then every test binary, with the S3 server started (and
+# stopped, also on failure) by tests/run.sh. The tests run even when the check fails, so one
+# run shows both; make test fails when either does.
 test: all
-	tests/run.sh $(B) $(TESTS)
+	@scripts/check-structure --selftest && scripts/check-structure; s=$$?; \
+	  tests/run.sh $(B) $(TESTS); t=$$?; \
+	  [ $$s -eq 0 ] || echo "make test: FAILED: scripts/check-structure (its findings are at the top)" >&2; \
+	  [ $$s -eq 0 ] && [ $$t -eq 0 ]
 
 # The README's first command: the embedded default (local durability, no remote).
 run: $(B)/dstl
