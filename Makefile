@@ -53,8 +53,13 @@ CMD_SRCS   := $(wildcard dstl/cmd/*.c)
 CMD_OBJS   := $(CMD_SRCS:%.c=$(B)/obj/%.o)
 TEST_SRCS  := $(wildcard tests/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/%.c=$(B)/tests/%)
-THELP_SRCS := $(wildcard tests/helpers*.c)
+THELP_SRCS := $(wildcard tests/helpers*.c) tests/payload.c
 THELP_OBJS := $(THELP_SRCS:%.c=$(B)/obj/%.o)
+# The one payload generator (tests/payload.h), linked into the tests, the tools and perf.
+PAYLOAD_OBJ := $(B)/obj/tests/payload.o
+# The API cases (tests/api_cases.c), linked into the two binaries that run them: test_dstl_api
+# (local durability) and test_remote_api (remote), each supplying its storage's settings.
+API_CASES_OBJ := $(B)/obj/tests/api_cases.o
 TOOL_SRCS  := $(wildcard tests/tools/*.c)
 TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%) \
               $(B)/tools/crash_child-skip-fdatasync $(B)/tools/crash_child-skip-dirsync
@@ -116,11 +121,14 @@ $(B)/dstl: $(CMD_OBJS) $(B)/libdstl.a
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_CASES) $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
 
-$(B)/tools/%: $(B)/obj/tests/tools/%.o $(B)/libdstl.a
+$(B)/tests/test_dstl_api $(B)/tests/test_remote_api: $(API_CASES_OBJ)
+$(B)/tests/test_dstl_api $(B)/tests/test_remote_api: TEST_CASES := $(API_CASES_OBJ)
+
+$(B)/tools/%: $(B)/obj/tests/tools/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
 # The power-cut simulator (tests/tools/powercut_fs.c) is the one program on libfuse3; it does not
 # link the library, and the library's link line never has fuse3.
@@ -142,20 +150,24 @@ SEGSTORE_VARIANTS := skip-fdatasync skip-dirsync
 $(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/local/segstore-%.o): $(B)/obj/dstl/local/segstore-%.o: dstl/local/segstore.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
-$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/local/segstore-%.o $(B)/libdstl.a
+$(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/local/segstore-%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
-$(B)/perf/%: $(B)/obj/perf/%.o $(B)/libdstl.a
+$(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(B)/libdstl.a $(LIBS)
+	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
-# make test [SANITIZE=...] [TESTS=pattern]: every test binary, with the S3 server started
-# (and stopped, also on failure) by tests/run.sh.
+# make test [SANITIZE=...] [TESTS=pattern]: first the structure check (scripts/check-structure:
+# its self-test, then the tree), then every test binary, with the S3 server started (and
+# stopped, also on failure) by tests/run.sh. The tests run even when the check fails, so one
+# run shows both; make test fails when either does.
 test: all
-	scripts/check-calls --selftest
-	scripts/check-calls $(B)
-	tests/run.sh $(B) $(TESTS)
+	@scripts/check-structure --selftest && scripts/check-structure && scripts/check-calls --selftest && \
+	  scripts/check-calls $(B); s=$$?; \
+	  tests/run.sh $(B) $(TESTS); t=$$?; \
+	  [ $$s -eq 0 ] || echo "make test: FAILED: scripts/check-structure or scripts/check-calls (their findings are at the top)" >&2; \
+	  [ $$s -eq 0 ] && [ $$t -eq 0 ]
 
 # The README's first command: the embedded default (local durability, no remote).
 run: $(B)/dstl

@@ -27,6 +27,7 @@
 #include "dstl/handle.h"
 #include "dstl/histo.h"
 #include "dstl/remote/remote.h"
+#include "tests/payload.h"
 
 static double now_s(void)
 {
@@ -83,8 +84,8 @@ typedef struct {
 static void *load_thread(void *arg)
 {
     job *j = arg;
-    uint8_t rec[1024];
-    memset(rec, 0x77, sizeof rec);
+    uint8_t rec[1024];          /* compresses like a memset buffer (tests/payload.h) */
+    payload_fill(PAYLOAD_FILL, 1, 0, rec, sizeof rec);
     dstl_future **f = calloc((size_t)j->nw, sizeof *f);
     double t0 = now_s();
     uint64_t *mat = calloc((size_t)j->nw, sizeof *mat), cp = 0;
@@ -301,7 +302,7 @@ static int bench_put(const char *bucket, size_t size, int count)
     s3_client *cli;
     if (remote_client_new(&cv, &cli) < 0) die("client");
     uint8_t *buf = malloc(size);
-    memset(buf, 0x42, size);
+    payload_fill(PAYLOAD_FILL, 2, 0, buf, size);
     static histo h;
     for (int i = 0; i < count; i++) {
         char key[128];

@@ -22,6 +22,7 @@
 #include <openssl/evp.h>
 
 #include "s3/s3.h"
+#include "tests/payload.h"
 #include "wire/wire.h"
 
 /* Bytes hashed per run by the hash lines: large enough to leave every cache. */
@@ -74,7 +75,7 @@ static void hash_lines(void)
 {
     uint8_t *buf = malloc(HASH_BYTES);
     if (!buf) return;
-    for (size_t i = 0; i < HASH_BYTES; i++) buf[i] = (uint8_t)(i * 2654435761u >> 13);
+    payload_fill(PAYLOAD_RANDOM, 2, 0, buf, HASH_BYTES);
     printf("s3.md5_mb_s %.0f MiB/s\n", hash_mb_s(H_MD5, buf, HASH_BYTES));
     printf("s3.crc32c_mb_s %.0f MiB/s\n", hash_mb_s(H_CRC32C, buf, HASH_BYTES));
     printf("s3.sha256_mb_s %.0f MiB/s\n", hash_mb_s(H_SHA256, buf, HASH_BYTES));
@@ -118,10 +119,7 @@ int main(int argc, char **argv)
         return 1;
     }
     uint8_t *data = malloc(mpu_bytes);
-    for (size_t i = 0; i < mpu_bytes; i += 8) {
-        uint64_t v = i * 0x9E3779B97F4A7C15ull;
-        memcpy(data + i, &v, mpu_bytes - i < 8 ? mpu_bytes - i : 8);
-    }
+    payload_fill(PAYLOAD_RANDOM, 1, 0, data, mpu_bytes);       /* incompressible */
 
     s3_upload_opts uo = {.part_size = 8u << 20, .multipart_threshold = 16u << 20};
     double runs[3];

@@ -1,9 +1,9 @@
 /*
  * perf/bench_wire.c — segment encode/decode throughput against memcpy of the same bytes.
  *
- * Workload: 8 writers, each with 1 MiB of pending records (100-byte payloads, key groups
- * uniform over 128 — Flink's default max parallelism — and 1% meta records), encoded into one
- * segment of 8 sections. All rates count the pending-record bytes (8 MiB per round), so the
+ * Workload: 8 writers, each with 1 MiB of pending records (100-byte incompressible payloads
+ * from tests/payload.h, key groups uniform over 128 — Flink's default max parallelism — and
+ * 1% meta records), encoded into one segment of 8 sections. All rates count the pending-record bytes (8 MiB per round), so the
  * three numbers compare the same volume:
  *   memcpy_mb_s       copying the 8 x 1 MiB pending buffers into one 8 MiB buffer
  *   wire.encode_mb_s  wire_segment_encode (counting sort, framing, CRC32C per run and section)
@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tests/payload.h"
 #include "wire/wire.h"
 
 #define NSEC          8
@@ -60,7 +61,7 @@ static void make_workload(workload *w)
         w->buf[s] = malloc(SECTION_BYTES);
         size_t off = 0, n = 0;
         while (off + wire_rec_size(PAYLOAD) <= SECTION_BYTES) {
-            for (size_t i = 0; i < PAYLOAD; i++) payload[i] = (uint8_t)next_rand();
+            payload_fill(PAYLOAD_RANDOM, s, n, payload, PAYLOAD);      /* incompressible */
             int meta = next_rand() % 100 == 0;
             off += wire_rec_put(w->buf[s] + off, meta, next_rand() % KEY_GROUPS, payload, PAYLOAD);
             n++;

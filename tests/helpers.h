@@ -17,7 +17,9 @@ int t_write_file(const char *path, const void *buf, size_t len);
 void *t_read_file(const char *path, size_t *len);
 /* Deterministic pseudo-random numbers (xorshift64*), for reproducible test data. */
 uint64_t t_rand(uint64_t *state);
-/* Fills buf with bytes derived from seed. */
+/* Fills buf with bytes derived from seed (the t_rand stream). Kept for the wire tests, whose
+ * golden files (tests/data/wire_segment_v1.hex) pin these bytes; record payloads everywhere
+ * else come from tests/payload.h. */
 void t_fill(void *buf, size_t len, uint64_t seed);
 /* Directory of the repository's tests/data (DSTL_TEST_DATA, else "tests/data"). */
 const char *t_data_dir(void);

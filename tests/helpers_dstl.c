@@ -2,7 +2,6 @@
  * tests/helpers_dstl.c — see helpers_dstl.h.
  */
 #include "tests/helpers_dstl.h"
-#include "tests/helpers_s3.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -13,29 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int remote_on;
-static t_s3_env renv;
-static char rbucket[64];
-static s3_client *rcli;
+#include "tests/helpers.h"
+#include "tests/helpers_remote.h"
+#include "tests/payload.h"
 
-void t_remote_enable(void) { remote_on = 1; }
-int t_remote_enabled(void) { return remote_on; }
+static const t_remote *remote;     /* remote mode: t_config_remote */
 
-void t_remote_begin(const char *tag)
-{
-    if (!remote_on) return;
-    char why[512];
-    cr_assert_eq(t_s3_setup(&renv, &rcli, rbucket, sizeof rbucket, tag, why, sizeof why), 0, "S3: %s", why);
-}
-
-void t_remote_end(void)
-{
-    if (!rcli) return;
-    char why[512];
-    t_s3_drop_bucket(rcli, rbucket, why, sizeof why);
-    s3_client_free(rcli);
-    rcli = NULL;
-}
+void t_config_remote(const t_remote *f) { remote = f; }
 
 static dstl_config *config_va(const char *dir, va_list ap)
 {
@@ -43,17 +26,8 @@ static dstl_config *config_va(const char *dir, va_list ap)
     cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0);
     cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0);
-    if (remote_on) {
-        cr_assert_not_null(rcli, "remote mode without t_remote_begin");
-        char uri[128];
-        snprintf(uri, sizeof uri, "s3://%s/p", rbucket);
-        cr_assert_eq(dstl_config_set(c, "dstl.remote.uri", uri), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.durability", "remote"), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", renv.endpoint), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.region", renv.region), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.access-key", renv.access_key), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.secret-key", renv.secret_key), 0);
-        cr_assert_eq(dstl_config_set(c, "dstl.s3.path-style", "true"), 0);
+    if (remote) {
+        t_remote_set(remote, c);
         /* RGW 16 ignores checksum headers; a signed body digest it verifies */
         cr_assert_eq(dstl_config_set(c, "dstl.s3.payload-signing", "sha256"), 0);
     }
@@ -86,25 +60,12 @@ dstl_storage *t_storage_open(const char *dir, ...)
     return s;
 }
 
-size_t t_payload(uint32_t wid, uint64_t seq, uint8_t *buf, size_t cap, size_t max_len)
-{
-    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 32);
-    x ^= x >> 29;
-    size_t len = max_len ? (size_t)(x % (max_len + 1)) : 0;
-    if (len > cap) len = cap;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        buf[i] = (uint8_t)(x >> 56);
-    }
-    return len;
-}
-
 uint64_t t_append_n(dstl_writer *w, uint32_t wid, uint64_t n, uint32_t kg_first, uint32_t nkg, size_t max_len)
 {
     uint8_t *buf = malloc(max_len + 1);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t seq = dstl_writer_next_seq(w);
-        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        size_t len = payload_make(PAYLOAD_RANDOM, wid, seq, max_len, buf);
         cr_assert_eq(dstl_append(w, kg_first + (uint32_t)(seq % nkg), buf, len), 0, "%s", dstl_last_error());
     }
     free(buf);
@@ -128,7 +89,6 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
     dstl_reader *r = NULL;
     int rc = dstl_reader_open(s, h, kgf, kgl, &r);
     if (rc < 0) return rc;
-    uint8_t *want = malloc(max_len + 1);
     uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
     long n = 0;
     dstl_record rec;
@@ -146,10 +106,11 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
             break;
         }
         cr_expect_eq(rec.key_group, kg_first + (uint32_t)(seq % nkg));
-        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        size_t len = payload_len(wid, seq, max_len);
         cr_expect_eq(rec.len, len, "seq %lu: len %zu, expected %zu", (unsigned long)seq, rec.len, len);
-        if (rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
-            cr_expect_fail("seq %lu: payload differs", (unsigned long)seq);
+        size_t at = rec.len == len ? payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) : 0;
+        if (rec.len != len || at != len) {
+            if (rec.len == len) cr_expect_fail("seq %lu: payload differs from byte %zu on", (unsigned long)seq, at);
             rc = -1;
             break;
         }
@@ -163,7 +124,6 @@ long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_f
             seq++;
         }
     }
-    free(want);
     dstl_reader_close(r);
     return rc < 0 ? rc : n;
 }
@@ -173,15 +133,15 @@ static size_t count_local(const char *dir);
 size_t t_count_segments(const char *dir)
 {
     size_t local = count_local(dir);
-    if (!rcli) return local;
+    if (!remote) return local;
     size_t objects = 0, uploads = 0;
     for (int i = 0; i < 1000; i++) {           /* remote deletes run after the local unlink */
-        cr_assert_eq(t_s3_count(rcli, rbucket, "p/", &objects, &uploads), 0);
+        t_remote_count(remote, &objects, &uploads);
         local = count_local(dir);
         if (objects == local && uploads == 0) break;
         usleep(10000);
     }
-    cr_expect_eq(objects, local, "%zu segment objects in s3://%s/p/, %zu local segments", objects, rbucket, local);
+    cr_expect_eq(objects, local, "%zu segment objects in %s/, %zu local segments", objects, remote->uri, local);
     cr_expect_eq(uploads, 0, "%zu incomplete multipart uploads left", uploads);
     return local;
 }
@@ -202,4 +162,39 @@ static size_t count_local(const char *dir)
     }
     closedir(d);
     return n;
+}
+
+void t_engine_or_skip(const char *name)
+{
+    char *dir = t_mkdtemp("engine");
+    cr_assert_not_null(dir, "no scratch dir for probing engine %s", name);
+    int rc = 0, control = 0;
+    char detail[512] = "";
+    for (int pass = 0; pass < 2; pass++) {
+        const char *engine = pass == 0 ? name : "psync";
+        dstl_config *c = NULL;
+        cr_assert_eq(dstl_config_new(&c), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.local.dir", dir), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.durability", "local"), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_config_set(c, "dstl.io.engine", engine), 0, "engine '%s': %s", engine, dstl_last_error());
+        dstl_storage *s = NULL;
+        int r = dstl_storage_open(c, &s);
+        dstl_config_free(c);
+        if (r == 0) cr_assert_eq(dstl_storage_close(s), 0, "closing the %s probe: %s", engine, dstl_last_error());
+        if (pass == 0) {
+            rc = r;
+            if (r == 0) break;                  /* the engine works */
+            snprintf(detail, sizeof detail, "%s", dstl_last_error());
+        } else {
+            control = r;
+        }
+    }
+    t_rm_rf(dir);
+    free(dir);
+    if (rc == 0) return;
+    cr_assert_eq(control, 0, "engine %s: the probe failed (%d: %s), and so did psync (%d: %s): not the engine",
+                 name, rc, detail, control, dstl_last_error());
+    const char *ename = rc < 0 && rc > -4096 ? strerrorname_np(-rc) : NULL;
+    cr_skip_test("I/O engine %s is unavailable here: opening a storage on it failed with %s (%d, %s): %s", name,
+                 ename ? ename : "a DSTL code", rc, dstl_strerror(rc), detail);
 }

@@ -1,6 +1,7 @@
 /*
  * tests/helpers_s3.h — S3 test helpers (t_s3_ prefix): the server from the environment,
- * unique buckets, emptying them, and the fault proxy (tests/tools/s3proxy.c).
+ * unique buckets, emptying them, and the fault proxy (tests/tools/s3proxy.c). The fixture of
+ * the tests that need S3 is built on these: tests/helpers_remote.h.
  *
  * The server comes from DSTL_T_S3_ENDPOINT / _ACCESS_KEY / _SECRET_KEY / _REGION, exported by
  * tests/run.sh (RGW it started, or the external endpoint of DSTL_TEST_S3_*). A test that needs
@@ -32,8 +33,9 @@ s3_opts t_s3_opts(const t_s3_env *e);
 /* A unique bucket name "dstl-t-<tag>-<pid>-<n>" (tag is cut to fit 63 characters). */
 void t_s3_bucket_name(char *out, size_t cap, const char *tag);
 
-/* The common fixture: reads the environment, makes a client (t_s3_opts) and a fresh bucket
- * named after tag. 0, or -errno with why[] saying what failed. */
+/* Reads the environment, makes a client (t_s3_opts) and a fresh bucket named after tag. 0, or
+ * -errno with why[] saying what failed. Tests use the fixture built on it, t_remote_init
+ * (tests/helpers_remote.h). */
 int t_s3_setup(t_s3_env *e, s3_client **c, char *bucket, size_t bucket_cap, const char *tag,
                char *why, size_t why_cap);
 

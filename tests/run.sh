@@ -5,7 +5,9 @@
 # when a selected binary needs it (test_s3_*, test_remote_*), and stops it at the end, also
 # on failure or interrupt. With DSTL_TEST_S3_ENDPOINT (+ _ACCESS_KEY, _SECRET_KEY, _REGION)
 # set, tests run against that endpoint instead and no server is started.
-# Exits non-zero when any test fails or crashes, or when the server cannot start.
+# Exits non-zero when any test fails or crashes, or when the server cannot start. A test that
+# skips (cr_skip_test: e.g. an I/O engine the kernel lacks, t_engine_or_skip) is shown with its
+# reason under its binary and counted in the last line; it neither passes nor fails.
 set -uo pipefail
 B=${1:?usage: tests/run.sh BUILD_DIR [PATTERN]}
 PATTERN=${2:-}
@@ -57,15 +59,18 @@ export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$here/lsan.supp:print_suppressi
 export DSTL_TEST_TOOLS=$(cd "$B" && pwd)/tools DSTL_TEST_BIN=$(cd "$B" && pwd)/dstl
 export DSTL_TEST_DATA=$here/data
 
-passed=0; failed=0; bad=()
+passed=0; failed=0; skipped=0; bad=()
 for t in "${bins[@]}"; do
   name=$(basename "$t")
   log=$(mktemp /tmp/dstl-test-log.XXXXXX)
   echo "== $name"
-  # A bound on every binary, so a hang is a failure, not a stuck CI.
-  timeout --kill-after=10 1200 "$t" --jobs 2 --short-filename > "$log" 2>&1
+  # A bound on every binary, so a hang is a failure, not a stuck CI. --verbose: Criterion (and
+  # the shim) name skipped tests and their reasons only then.
+  timeout --kill-after=10 1200 "$t" --jobs 2 --short-filename --verbose > "$log" 2>&1
   rc=$?
-  grep -v '^\[----\] ' "$log" | grep -E 'FAIL|CRASH|Assertion|Synthesis|ERROR|WARNING: ThreadSanitizer|runtime error' | head -n 60
+  grep -v '^\[----\] ' "$log" | grep -E 'FAIL|CRASH|Assertion|Synthesis|ERROR|WARNING: ThreadSanitizer|runtime error|^\[SKIP\] ' | head -n 60
+  s=$(grep -c '^\[SKIP\] ' "$log")
+  skipped=$((skipped + s))
   syn=$(grep 'Synthesis:' "$log" | tail -n 1)
   p=$(sed -n 's/.*Passing: \([0-9]*\).*/\1/p' <<<"$syn"); p=${p:-0}
   f=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$syn"); f=${f:-0}
@@ -81,5 +86,5 @@ done
 
 echo
 [ ${#bad[@]} -gt 0 ] && printf 'failed binaries: %s\n' "${bad[*]}"
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ] && [ ${#bad[@]} -eq 0 ]

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
+#include "tests/helpers_dstl.h"
 
 static const char *tool(void)
 {
@@ -53,6 +54,7 @@ static int wait_exit(pid_t pid)
 Test(dstl_crash, sigkill_at_random_moments_loses_nothing_acknowledged, .timeout = 900)
 {
     static const char *engines[] = {"io_uring", "libaio", "psync"};
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) t_engine_or_skip(engines[k]);
     int trials = getenv("DSTL_SOAK") ? 300 : 30;
     cr_assert_eq(access(tool(), X_OK), 0, "the crash tool %s is missing (build it with make)", tool());
     uint64_t rnd = (uint64_t)time(NULL) ^ (uint64_t)getpid();

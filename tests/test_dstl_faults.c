@@ -33,8 +33,11 @@ static void teardown(void)
 
 TestSuite(dstl_faults, .init = setup, .fini = teardown, .timeout = 60);
 
+/* A storage on `engine` with the fault script, or the test is skipped when the kernel lacks the
+ * engine (t_engine_or_skip). */
 static dstl_storage *open_faulty(const char *engine)
 {
+    t_engine_or_skip(engine);
     dstl_config *c = t_config(dir, "dstl.io.engine", engine, "dstl.batch.persist-delay", "0", NULL);
     dstl_storage *s = NULL;
     storage_seams t = {.fault = fault};

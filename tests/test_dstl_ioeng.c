@@ -16,6 +16,9 @@
 
 #include "dstl/err.h"
 #include "dstl/local/ioeng.h"
+#include "tests/helpers_cmd.h"
+#include "tests/helpers_dstl.h"
+#include "tests/payload.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])
@@ -47,14 +50,8 @@ static int open_file(const char *name)
     return fd;
 }
 
-static void fill(unsigned char *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 1;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
+/* The bytes of test buffer `seed` (tests/payload.h). */
+static void fill(unsigned char *buf, size_t len, unsigned seed) { payload_fill(PAYLOAD_RANDOM, seed, 0, buf, len); }
 
 /* The file's bytes equal buf[0, len) and it is exactly len long. */
 static void expect_content(int fd, const unsigned char *buf, size_t len, const char *what)
@@ -66,8 +63,10 @@ static void expect_content(int fd, const unsigned char *buf, size_t len, const c
     free(got);
 }
 
+/* The engine `name`, or the test is skipped when the kernel lacks it (t_engine_or_skip). */
 static ioeng *open_engine(const char *name, unsigned depth, struct ioeng_fault *f)
 {
+    t_engine_or_skip(name);
     struct ioeng_opts o = {.engine = name, .queue_depth = depth, .fault = f};
     ioeng *e = NULL;
     int rc = ioeng_open(&o, &e);
@@ -352,4 +351,44 @@ Test(dstl_ioeng, split_rule_is_for_writes_only)
     cr_expect_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, 3), -EINVAL);
     cr_expect_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, IOENG_FAULT_SPLIT), 0);
     ioeng_fault_free(f);
+}
+
+/* t_engine_or_skip on a kernel without the engine (tests/tools/deny_engines: a seccomp filter
+ * makes io_uring_setup or io_setup fail with ENOSYS): this binary runs one of its own tests
+ * that needs every engine, and that test is skipped — not failed, not passed — with a reason
+ * naming the engine and the errno. */
+static void expect_skip_without(const char *denied, const char *engine)
+{
+    char self[4096], tools[4096], deny[8300];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = '\0';
+    const char *t = getenv("DSTL_TEST_TOOLS");
+    if (t && *t) snprintf(tools, sizeof tools, "%s", t);
+    else snprintf(tools, sizeof tools, "%.*s/../tools", (int)(strrchr(self, '/') - self), self);
+    snprintf(deny, sizeof deny, "%s/deny_engines", tools);
+    cr_assert_eq(access(deny, X_OK), 0, "%s is missing (build it with make)", deny);
+    int st;
+    /* BXFI_MAP tells a Criterion binary it is a worker of another: this one must be a runner */
+    char *out = t_cmd_run(tmp_dir, &st, "env -u BXFI_MAP '%s' %s '%s' --verbose --short-filename --jobs 1 "
+                                        "--filter 'dstl_ioeng/writes_and_syncs_read_back_on_every_engine'",
+                          deny, denied, self);
+    cr_assert_not_null(out);
+    char want[256];
+    snprintf(want, sizeof want, "[SKIP] dstl_ioeng::writes_and_syncs_read_back_on_every_engine: I/O engine %s is "
+                                "unavailable here: opening a storage on it failed with ENOSYS (-38, ", engine);
+    cr_expect_eq(st, 0, "without %s: exit %d:\n%s", denied, st, out);
+    cr_expect(strstr(out, want) != NULL, "without %s, no skip naming %s and ENOSYS:\n%s", denied, engine, out);
+    cr_expect(strstr(out, "Tested: 0 | Passing: 0 | Failing: 0") != NULL, "without %s:\n%s", denied, out);
+    free(out);
+}
+
+Test(dstl_ioeng, a_kernel_without_io_uring_skips_naming_it)
+{
+    expect_skip_without("io_uring", "io_uring");
+}
+
+Test(dstl_ioeng, a_kernel_without_linux_aio_skips_naming_it)
+{
+    expect_skip_without("libaio", "libaio");
 }

@@ -27,6 +27,7 @@
 
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "tests/payload.h"
 
 #define NKG 8
 
@@ -214,7 +215,7 @@ static void persisting_child(const char *data, const char *hdir)
         for (;;) {
             for (int i = 0; i < 20; i++) {
                 uint64_t seq = dstl_writer_next_seq(w);
-                size_t len = t_payload(5, seq, buf, sizeof buf, sizeof buf);
+                size_t len = payload_make(PAYLOAD_RANDOM, 5, seq, sizeof buf, buf);
                 if (dstl_append(w, (uint32_t)(seq % NKG), buf, len) < 0) _exit(4);
             }
             sleep_ms(4);                /* ~2.5 MB/s: many hand-offs, a bounded log */

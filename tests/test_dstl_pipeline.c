@@ -65,6 +65,7 @@ static void *gc_writer(void *arg)
 
 static void group_commit_runs(const char *engine)
 {
+    t_engine_or_skip(engine);
     for (int run = 0; run < GC_RUNS; run++) {
         char *dir = t_mkdtemp("gcommit");
         dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "0", "dstl.preemptive-persist-threshold",

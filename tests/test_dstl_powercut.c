@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
+#include "tests/helpers_dstl.h"
 
 #define FUSE_SUPER_MAGIC 0x65735546
 /* Trials per engine: make test and make soak (3 engines: 30 and 210 in all). */
@@ -357,6 +358,7 @@ static void engine_trials(const char *engine)
 {
     static const char *const modes[] = {"drop", "prefix", "tear"};
     int n = getenv("DSTL_SOAK") ? SOAK_TRIALS_PER_ENGINE : TRIALS_PER_ENGINE;
+    t_engine_or_skip(engine);
     uint64_t rnd = seed0();
     tally t = {0};
     cr_log_info("power cut %s: %d trials, seed %" PRIu64, engine, n, rnd);
@@ -387,6 +389,7 @@ Test(dstl_powercut, psync_loses_nothing_acknowledged, .fini = end_procs, .timeou
 static void bite(const char *variant)
 {
     static const char *const engines[] = {"io_uring", "libaio", "psync"};
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) t_engine_or_skip(engines[k]);
     uint64_t rnd = seed0();
     tally t = {0};
     int i;

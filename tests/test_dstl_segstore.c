@@ -21,6 +21,8 @@
 #include "dstl/err.h"
 #include "dstl/local/ioeng.h"
 #include "dstl/local/segstore.h"
+#include "tests/helpers_dstl.h"
+#include "tests/payload.h"
 
 static const char *const engines[] = {"io_uring", "libaio", "psync"};
 #define N_ENGINES (sizeof engines / sizeof engines[0])
@@ -69,8 +71,10 @@ static void on_done(void *ctx, int res, const char *detail)
         cr_assert_str_eq(detail, "");
 }
 
+/* A store on `engine`, or the test is skipped when the kernel lacks it (t_engine_or_skip). */
 static segstore *open_store(const char *engine, struct ioeng_fault *f, unsigned depth)
 {
+    t_engine_or_skip(engine);
     struct segstore_opts o = {.dir = store_dir, .engine = engine, .fault = f,
                               .queue_depth = depth};
     segstore *s = NULL;
@@ -118,14 +122,8 @@ static void settle(segstore *s)
     }
 }
 
-static void fill(unsigned char *buf, size_t len, unsigned seed)
-{
-    uint32_t x = seed * 2654435761u + 7;
-    for (size_t i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        buf[i] = (unsigned char)(x >> 16);
-    }
-}
+/* The bytes of test segment `seed` (tests/payload.h). */
+static void fill(unsigned char *buf, size_t len, unsigned seed) { payload_fill(PAYLOAD_RANDOM, seed, 0, buf, len); }
 
 static void expect_segment(const char *name, const unsigned char *buf, size_t len)
 {

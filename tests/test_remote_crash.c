@@ -9,7 +9,8 @@
  *    multipart upload.
  * A third of the trials use big records and a 5 MiB multipart threshold, so kills land amid
  * multipart uploads (parts sent, no Complete). 20 trials in `make test`, 200 with DSTL_SOAK=1.
- * Each trial uses its own prefix of one bucket and empties it afterwards (memstore).
+ * Each trial uses its own prefix under the fixture's (one bucket) and empties it afterwards
+ * (memstore).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -23,29 +24,23 @@
 #include <unistd.h>
 
 #include "tests/helpers.h"
-#include "tests/helpers_s3.h"
+#include "tests/helpers_dstl.h"
+#include "tests/helpers_remote.h"
 #include "wire/wire.h"
 
 #define WRITERS 4               /* crash_child's */
 
-static t_s3_env env;
-static s3_client *direct;
-static char bucket[64];
+static t_remote fx;
+static char conf[4300];         /* the fixture's settings, for `dstl gc` */
 
 static void setup(void)
 {
-    char why[512];
-    if (t_s3_setup(&env, &direct, bucket, sizeof bucket, "rcrash", why, sizeof why)) cr_assert_fail("S3: %s", why);
+    t_remote_init(&fx, "rcrash");
+    snprintf(conf, sizeof conf, "%s/s3.conf", fx.dir);
+    t_remote_write_conf(&fx, conf, NULL);
 }
 
-static void teardown(void)
-{
-    char why[512] = "";
-    if (direct && bucket[0] && t_s3_drop_bucket(direct, bucket, why, sizeof why))
-        fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(direct);
-    direct = NULL;
-}
+static void teardown(void) { t_remote_fini(&fx); }
 
 static const char *tool(void)
 {
@@ -171,10 +166,10 @@ static void remote_segments(const char *prefix, names *out, size_t *uploads)
 {
     s3_list l;
     s3_result r;
-    cr_assert_eq(s3_list_objects_all_sync(direct, bucket, prefix, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_list_objects_all_sync(fx.s3, fx.bucket, prefix, 0, &l, &r), 0, "%s", r.error);
     for (size_t i = 0; i < l.n_objects; i++) names_add(out, strrchr(l.objects[i].key, '/') + 1);
     s3_list_clear(&l);
-    cr_assert_eq(s3_list_multipart_uploads_all_sync(direct, bucket, prefix, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_list_multipart_uploads_all_sync(fx.s3, fx.bucket, prefix, 0, &l, &r), 0, "%s", r.error);
     *uploads = l.n_uploads;
     s3_list_clear(&l);
 }
@@ -184,15 +179,15 @@ static void empty_prefix(const char *prefix)
 {
     s3_list l;
     s3_result r;
-    cr_assert_eq(s3_list_multipart_uploads_all_sync(direct, bucket, prefix, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_list_multipart_uploads_all_sync(fx.s3, fx.bucket, prefix, 0, &l, &r), 0, "%s", r.error);
     for (size_t i = 0; i < l.n_uploads; i++)
-        s3_abort_multipart_upload_sync(direct, bucket, l.uploads[i].key, l.uploads[i].upload_id, &r);
+        s3_abort_multipart_upload_sync(fx.s3, fx.bucket, l.uploads[i].key, l.uploads[i].upload_id, &r);
     s3_list_clear(&l);
-    cr_assert_eq(s3_list_objects_all_sync(direct, bucket, prefix, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_list_objects_all_sync(fx.s3, fx.bucket, prefix, 0, &l, &r), 0, "%s", r.error);
     if (l.n_objects) {
         const char **keys = calloc(l.n_objects, sizeof *keys);
         for (size_t i = 0; i < l.n_objects; i++) keys[i] = l.objects[i].key;
-        cr_assert_eq(s3_delete_objects_sync(direct, bucket, keys, l.n_objects, &r), 0, "%s", r.error);
+        cr_assert_eq(s3_delete_objects_sync(fx.s3, fx.bucket, keys, l.n_objects, &r), 0, "%s", r.error);
         free(keys);
     }
     s3_list_clear(&l);
@@ -215,6 +210,7 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
      .fini = teardown, .timeout = 900)
 {
     static const char *engines[] = {"io_uring", "libaio", "psync"};
+    for (size_t k = 0; k < sizeof engines / sizeof engines[0]; k++) t_engine_or_skip(engines[k]);
     int trials = getenv("DSTL_SOAK") ? 200 : 20;
     cr_assert_eq(access(tool(), X_OK), 0, "the crash tool %s is missing (build it with make)", tool());
     cr_assert_eq(access(bin(), X_OK), 0, "the dstl command %s is missing (build it with make)", bin());
@@ -224,12 +220,12 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
     for (int t = 0; t < trials; t++) {
         const char *mode = t % 3 == 2 ? "big" : "small";
         char *dir = t_mkdtemp("rcrash");
-        char data[4200], handles[4200], s3only[4200], seed[32], prefix[32], uri[128];
+        char data[4200], handles[4200], s3only[4200], seed[32], prefix[128], uri[256];
         snprintf(data, sizeof data, "%s/data", dir);
         snprintf(handles, sizeof handles, "%s/handles", dir);
         snprintf(s3only, sizeof s3only, "%s/s3only", dir);
-        snprintf(prefix, sizeof prefix, "c%d", t);
-        snprintf(uri, sizeof uri, "s3://%s/%s", bucket, prefix);
+        snprintf(prefix, sizeof prefix, "%sc%d", fx.prefix_dir, t);
+        snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, prefix);
         cr_assert_eq(mkdir(handles, 0755), 0);
         snprintf(seed, sizeof seed, "%llu", (unsigned long long)t_rand(&rnd));
 
@@ -251,7 +247,7 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
         cr_assert_eq(rc, 0, "trial %d (%s, engine %s, seed %s): reading back from S3 alone failed; data kept in %s, %s",
                      t, mode, engines[t % 3], seed, dir, uri);
 
-        char pfx[40];
+        char pfx[136];
         snprintf(pfx, sizeof pfx, "%s/", prefix);
         names before = {0};
         size_t uploads = 0;
@@ -264,18 +260,18 @@ Test(remote_crash, sigkill_amid_uploads_loses_nothing_and_gc_removes_exactly_the
         orphans_seen += before.n > live.n ? before.n - live.n : 0;
         names_free(&before);
 
-        /* the operator's sweep: dstl --set <remote> gc DIR --min-age 0 --live <handle files>,
+        /* the operator's sweep: dstl --config <the fixture's> --set <the trial's prefix> gc DIR
+         * --min-age 0 --live <handle files>,
          * once the killed run's lease (500 ms, crash_child.c) is stale on the server's clock —
          * whose Date has whole seconds, so up to a second more — until then gc must keep
          * everything of the run (a lease says it may be alive on another machine) */
         usleep(1800000);
         char cmd[32768];
         int n = snprintf(cmd, sizeof cmd,
-                         "'%s' --set dstl.remote.uri=%s --set dstl.s3.endpoint=%s --set dstl.s3.region=%s "
-                         "--set dstl.s3.access-key=%s --set dstl.s3.secret-key=%s --set dstl.s3.path-style=true "
+                         "'%s' --config '%s' --set dstl.remote.uri=%s "
                          "--set dstl.remote.lease-refresh=100ms --set dstl.remote.lease-timeout=500ms "
                          "gc '%s' --min-age 0 %s",
-                         bin(), uri, env.endpoint, env.region, env.access_key, env.secret_key, data,
+                         bin(), conf, uri, data,
                          nfiles ? "--live" : "--no-live-handles");   /* no handle yet: said explicitly */
         for (int i = 0; i < nfiles; i++) n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", files[i]);
         snprintf(cmd + n, sizeof cmd - (size_t)n, " > '%s/gc.out' 2>&1", dir);

@@ -30,36 +30,19 @@
 #include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
-#include "tests/helpers_s3.h"
+#include "tests/helpers_remote.h"
 
 #define NKG 16
 
-static t_s3_env env;
-static s3_client *direct;       /* straight to the server: checks and cleanup */
-static char bucket[64];
-static char *dir;
+static t_remote fx;
 static t_s3_proxy proxy;
 
-static void setup(void)
-{
-    char why[512];
-    dir = t_mkdtemp("rfaults");
-    cr_assert_not_null(dir);
-    if (t_s3_setup(&env, &direct, bucket, sizeof bucket, "rfaults", why, sizeof why))
-        cr_assert_fail("S3: %s", why);
-}
+static void setup(void) { t_remote_init(&fx, "rfaults"); }
 
 static void teardown(void)
 {
     t_s3_proxy_stop(&proxy);
-    char why[512] = "";
-    if (direct && bucket[0] && t_s3_drop_bucket(direct, bucket, why, sizeof why))
-        fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(direct);
-    direct = NULL;
-    if (dir) t_rm_rf(dir);
-    free(dir);
-    dir = NULL;
+    t_remote_fini(&fx);
 }
 
 TestSuite(remote_faults, .init = setup, .fini = teardown, .timeout = 120);
@@ -71,15 +54,11 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* A storage on local_dir uploading to s3://bucket/p through endpoint, durability remote, then
- * the key/value pairs of extra (NULL-terminated array). */
+/* A storage of the fixture on local_dir, through endpoint, then the key/value pairs of extra
+ * (NULL-terminated array). */
 static dstl_storage *open_remote(const char *local_dir, const char *endpoint, const char *const *extra)
 {
-    char uri[128];
-    snprintf(uri, sizeof uri, "s3://%s/p", bucket);
-    dstl_config *c = t_config(local_dir, "dstl.remote.uri", uri, "dstl.durability", "remote", "dstl.s3.endpoint",
-                              endpoint, "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key,
-                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.path-style", "true", NULL);
+    dstl_config *c = t_remote_config(&fx, local_dir, "dstl.s3.endpoint", endpoint, NULL);
     for (size_t i = 0; extra && extra[i]; i += 2)
         cr_assert_eq(dstl_config_set(c, extra[i], extra[i + 1]), 0, "%s", dstl_last_error());
     dstl_storage *s = NULL;
@@ -93,8 +72,8 @@ static dstl_storage *open_remote(const char *local_dir, const char *endpoint, co
 static dstl_storage *through_proxy(const char *script, const char *const *extra, dstl_writer **w)
 {
     char why[512], ldir[4200];
-    cr_assert_eq(t_s3_proxy_start(&proxy, env.endpoint, script, why, sizeof why), 0, "%s", why);
-    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    cr_assert_eq(t_s3_proxy_start(&proxy, fx.env.endpoint, script, why, sizeof why), 0, "%s", why);
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
     dstl_storage *s = open_remote(ldir, proxy.url, extra);
     cr_assert_eq(dstl_writer_open(s, "w0", 0, NKG - 1, w), 0);
     return s;
@@ -118,8 +97,8 @@ static int persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handl
 static void verify_from_s3(const dstl_handle *h, uint32_t wid, size_t max_len)
 {
     char rdir[4200];
-    snprintf(rdir, sizeof rdir, "%s/s3only", dir);
-    dstl_storage *rs = open_remote(rdir, env.endpoint, NULL);
+    snprintf(rdir, sizeof rdir, "%s/s3only", fx.dir);
+    dstl_storage *rs = open_remote(rdir, fx.env.endpoint, NULL);
     long n = t_verify(rs, h, wid, 0, NKG, 0, NKG - 1, max_len);
     cr_assert_eq(n, (long)(dstl_handle_to_seq(h) - dstl_handle_from_seq(h)),
                  "read back from S3 alone: %ld (%s)", n, n < 0 ? dstl_last_error() : "records");
@@ -130,9 +109,9 @@ static void verify_from_s3(const dstl_handle *h, uint32_t wid, size_t max_len)
 static void assert_prefix_empty(const char *when)
 {
     size_t objects = 99, uploads = 99;
-    cr_assert_eq(t_s3_count(direct, bucket, "p/", &objects, &uploads), 0);
-    cr_assert_eq(objects, 0, "%s: %zu objects left in s3://%s/p/", when, objects, bucket);
-    cr_assert_eq(uploads, 0, "%s: %zu incomplete multipart uploads left in s3://%s/p/", when, uploads, bucket);
+    t_remote_count(&fx, &objects, &uploads);
+    cr_assert_eq(objects, 0, "%s: %zu objects left in %s/", when, objects, fx.uri);
+    cr_assert_eq(uploads, 0, "%s: %zu incomplete multipart uploads left in %s/", when, uploads, fx.uri);
 }
 
 /* The faults caused retries and hedges, and no persist failed. Stats are copied from the
@@ -158,7 +137,7 @@ static void assert_retried_and_hedged(dstl_storage *s, const char *what)
 static int proxy_restart(t_s3_proxy *p, int port)
 {
     char why[512];
-    return t_s3_proxy_start_on(p, env.endpoint, NULL, port, why, sizeof why);
+    return t_s3_proxy_start_on(p, fx.env.endpoint, NULL, port, why, sizeof why);
 }
 
 typedef struct {
@@ -195,7 +174,7 @@ Test(remote_faults, outage_fails_persists_in_it_and_loses_nothing, .timeout = 12
     dstl_writer *w = NULL;
     dstl_storage *s = through_proxy("", extra, &w);
     char ldir[4200];
-    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
 
     outage o = {.t0_ms = now_ms()};
     pthread_t th;
@@ -222,8 +201,8 @@ Test(remote_faults, outage_fails_persists_in_it_and_loses_nothing, .timeout = 12
     pthread_join(th, NULL);
     cr_assert_eq(o.err, 0, "the proxy did not come back on port %d: %d", proxy.port, o.err);
 
-    char want_obj[128];
-    snprintf(want_obj, sizeof want_obj, "s3://%s/p/", bucket);
+    char want_obj[200];
+    snprintf(want_obj, sizeof want_obj, "%s/", fx.uri);
     size_t failed = 0, after_ok = 0;
     for (size_t i = 0; i < n; i++) {
         attempt *a = &log[i];
@@ -268,7 +247,7 @@ Test(remote_faults, outage_fails_persists_in_it_and_loses_nothing, .timeout = 12
     dstl_handle_free(all);
     dstl_handle_free(last);
     cr_assert_eq(dstl_storage_close(s), 0);
-    dstl_storage *g = open_remote(ldir, env.endpoint, NULL);
+    dstl_storage *g = open_remote(ldir, fx.env.endpoint, NULL);
     dstl_gc_report rep;
     cr_assert_eq(dstl_gc(g, NULL, 0, 0, 0, &rep), 0, "gc: %s", dstl_last_error());
     cr_assert_eq(rep.kept_live + rep.kept_young, 0);
@@ -305,7 +284,7 @@ static void drain_and_check(dstl_storage *s, dstl_writer *w, dstl_handle **hs, i
     free(hs);
     cr_assert_eq(dstl_storage_close(s), 0);
     char ldir[4200];
-    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
     cr_assert_eq(t_count_segments(ldir), 0, "local segments left");
     assert_prefix_empty("after truncating everything, discarding every handle and closing");
 }
@@ -360,12 +339,9 @@ Test(remote_faults, slowdown_and_slow_multipart_retry_and_hedge_leaving_nothing,
  * for ever: its deletion was put off at every turn and dstl_storage_close never returned. */
 Test(remote_faults, an_upload_that_cannot_start_leaves_nothing_waiting, .timeout = 60)
 {
-    char uri[128], ldir[4200];
-    snprintf(uri, sizeof uri, "s3://%s/p", bucket);
-    snprintf(ldir, sizeof ldir, "%s/data", dir);
-    dstl_config *c = t_config(ldir, "dstl.remote.uri", uri, "dstl.durability", "local", "dstl.s3.endpoint",
-                              env.endpoint, "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key,
-                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.path-style", "true", NULL);
+    char ldir[4200];
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
+    dstl_config *c = t_remote_config(&fx, ldir, "dstl.durability", "local", NULL);
     storage_seams t = {.fail_upload_start = -ENOMEM};
     dstl_storage *s = NULL;
     cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());

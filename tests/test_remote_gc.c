@@ -15,71 +15,46 @@
 #include "dstl/remote/remote.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
-#include "tests/helpers_s3.h"
+#include "tests/helpers_remote.h"
 
 #define NKG 8
 
-static t_s3_env env;
-static s3_client *direct;
-static char bucket[64];
-static char *dir;
+static t_remote fx;
 
-static void setup(void)
-{
-    char why[512];
-    dir = t_mkdtemp("rgc");
-    cr_assert_not_null(dir);
-    if (t_s3_setup(&env, &direct, bucket, sizeof bucket, "rgc", why, sizeof why)) cr_assert_fail("S3: %s", why);
-}
+static void setup(void) { t_remote_init(&fx, "rgc"); }
 
-static void teardown(void)
-{
-    char why[512] = "";
-    if (direct && bucket[0] && t_s3_drop_bucket(direct, bucket, why, sizeof why))
-        fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(direct);
-    direct = NULL;
-    if (dir) t_rm_rf(dir);
-    free(dir);
-    dir = NULL;
-}
+static void teardown(void) { t_remote_fini(&fx); }
 
 TestSuite(remote_gc, .init = setup, .fini = teardown, .timeout = 60);
 
-static dstl_storage *open_at(const char *sub, const char *bkt)
+/* A storage of the fixture on DIR/<sub>, uploading to uri (NULL: the fixture's), persist-delay 0. */
+static dstl_storage *open_at(const char *sub, const char *uri)
 {
-    char uri[128], ldir[4200];
-    snprintf(uri, sizeof uri, "s3://%s/p", bkt);
-    snprintf(ldir, sizeof ldir, "%s/%s", dir, sub);
-    return t_storage_open(ldir, "dstl.remote.uri", uri, "dstl.durability", "remote", "dstl.s3.endpoint", env.endpoint,
-                          "dstl.s3.region", env.region, "dstl.s3.access-key", env.access_key, "dstl.s3.secret-key",
-                          env.secret_key, "dstl.s3.path-style", "true", "dstl.batch.persist-delay", "0", NULL);
+    char ldir[4200];
+    snprintf(ldir, sizeof ldir, "%s/%s", fx.dir, sub);
+    return t_remote_open(&fx, ldir, "dstl.remote.uri", uri ? uri : fx.uri, "dstl.batch.persist-delay", "0", NULL);
 }
 
-static void counts(size_t *objects, size_t *uploads)
-{
-    cr_assert_eq(t_s3_count(direct, bucket, "p/", objects, uploads), 0);
-}
+static void counts(size_t *objects, size_t *uploads) { t_remote_count(&fx, objects, uploads); }
 
 static void put(const char *key, size_t len)
 {
     uint8_t *b = calloc(1, len + 1);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(direct, bucket, key, b, len, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, key, b, len, false, &r), 0, "%s", r.error);
     free(b);
 }
 
 static void start_upload(const char *key)
 {
     s3_result r;
-    cr_assert_eq(s3_create_multipart_upload_sync(direct, bucket, key, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_create_multipart_upload_sync(fx.s3, fx.bucket, key, &r), 0, "%s", r.error);
 }
 
 static void seg_key(const char *name, char *key, size_t cap)
 {
     remote_loc loc;
-    snprintf(loc.bucket, sizeof loc.bucket, "%s", bucket);
-    snprintf(loc.prefix, sizeof loc.prefix, "p");
+    cr_assert_eq(remote_parse_uri(fx.uri, "test", &loc), 0);
     cr_assert_eq(remote_key(&loc, name, key, cap), 0);
 }
 
@@ -101,7 +76,7 @@ static void report_is(const dstl_gc_report *r, uint64_t scanned, uint64_t delete
 Test(remote_gc, keeps_the_live_set_and_removes_orphans_and_stray_uploads)
 {
     /* run A: two checkpoints in two segments; both handles stay live when it closes */
-    dstl_storage *a = open_at("data", bucket);
+    dstl_storage *a = open_at("data", NULL);
     dstl_writer *w;
     cr_assert_eq(dstl_writer_open(a, "w", 0, NKG - 1, &w), 0);
     uint64_t mid = t_append_n(w, 1, 40, 0, NKG, 500);
@@ -120,26 +95,31 @@ Test(remote_gc, keeps_the_live_set_and_removes_orphans_and_stray_uploads)
     put(key, 1000);                                              /* orphan object */
     seg_key("0123456789abcdef-000000000008.seg", key, sizeof key);
     start_upload(key);                                           /* orphan incomplete upload */
-    put("p/notes.txt", 10);                                      /* not a segment */
+    char other[640];
+    snprintf(other, sizeof other, "%snotes.txt", fx.prefix_dir);
+    put(other, 10);                                              /* not a segment */
     seg_key("0123456789abcdef-000000000009.seg", key, sizeof key);
     char wrong[640];
-    snprintf(wrong, sizeof wrong, "p/%s/0123456789abcdef-000000000009.seg", strncmp(key, "p/zz", 4) ? "zz" : "zy");
+    size_t pl = strlen(fx.prefix_dir);
+    snprintf(wrong, sizeof wrong, "%s%s/0123456789abcdef-000000000009.seg", fx.prefix_dir,
+             strncmp(key + pl, "zz", 2) ? "zz" : "zy");
     put(wrong, 10);                                              /* a segment name where DSTL never puts it */
-    start_upload("p/other/big.bin");                             /* an upload that is not DSTL's */
+    snprintf(other, sizeof other, "%sother/big.bin", fx.prefix_dir);
+    start_upload(other);                                         /* an upload that is not DSTL's */
     counts(&objects, &uploads);
     cr_assert_eq(objects, 5);
     cr_assert_eq(uploads, 2);
 
     /* run B sweeps with h1 live: local S1 S2, remote S1 S2 O, upload U = 6 scanned;
      * kept S1 twice; deleted S2 twice, O and U */
-    dstl_storage *b = open_at("data", bucket);
+    dstl_storage *b = open_at("data", NULL);
     const dstl_handle *live[] = {h1};
     dstl_gc_report rep;
     uint64_t s2_bytes;
     {
         s3_list l;
         s3_result r;
-        cr_assert_eq(s3_list_objects_all_sync(direct, bucket, "p/", 0, &l, &r), 0);
+        cr_assert_eq(s3_list_objects_all_sync(fx.s3, fx.bucket, fx.prefix_dir, 0, &l, &r), 0);
         for (size_t i = 0; i < l.n_objects; i++)
             cr_assert_gt(l.objects[i].last_modified_ms, 1600000000000ll, "LastModified of %s parsed", l.objects[i].key);
         s3_list_clear(&l);
@@ -165,11 +145,11 @@ Test(remote_gc, keeps_the_live_set_and_removes_orphans_and_stray_uploads)
     cr_assert_eq(objects, 3, "S1 and the two objects that are not DSTL's remain");
     cr_assert_eq(uploads, 1, "the upload that is not DSTL's remains");
     char ldir[4200];
-    snprintf(ldir, sizeof ldir, "%s/data", dir);
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
     cr_assert_eq(t_count_segments(ldir), 1, "the local copy of S1 remains");
 
     /* the live handle still reads, from S3 alone */
-    dstl_storage *c = open_at("empty", bucket);
+    dstl_storage *c = open_at("empty", NULL);
     cr_assert_eq(t_verify(c, h1, 1, 0, NKG, 0, NKG - 1, 500), 40, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(c), 0);
 
@@ -186,7 +166,7 @@ Test(remote_gc, keeps_the_live_set_and_removes_orphans_and_stray_uploads)
 
 Test(remote_gc, keeps_what_this_storage_still_uses)
 {
-    dstl_storage *s = open_at("data", bucket);
+    dstl_storage *s = open_at("data", NULL);
     dstl_writer *w;
     cr_assert_eq(dstl_writer_open(s, "w", 0, NKG - 1, &w), 0);
     t_append_n(w, 2, 30, 0, NKG, 300);
@@ -209,7 +189,7 @@ Test(remote_gc, keeps_what_this_storage_still_uses)
 
 Test(remote_gc, failure_names_the_remote_location)
 {
-    dstl_storage *s = open_at("data", "dstl-t-no-such-bucket-for-gc");
+    dstl_storage *s = open_at("data", "s3://dstl-t-no-such-bucket-for-gc/p");
     dstl_gc_report rep;
     int rc = dstl_gc(s, NULL, 0, 0, 1, &rep);
     cr_assert_lt(rc, 0);

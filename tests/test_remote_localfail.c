@@ -12,31 +12,31 @@
 #include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "tests/helpers_remote.h"
 
-static char *dir;
+static t_remote fx;
 static struct ioeng_fault *fault;
 
 static void setup(void)
 {
-    dir = t_mkdtemp("localfail");
+    t_remote_init(&fx, "localfail");
+    t_config_remote(&fx);
     cr_assert_eq(ioeng_fault_new(&fault), 0);
-    t_remote_enable();
-    t_remote_begin("localfail");
 }
 
 static void teardown(void)
 {
-    t_remote_end();
+    t_config_remote(NULL);
     ioeng_fault_free(fault);
-    t_rm_rf(dir);
-    free(dir);
+    fault = NULL;
+    t_remote_fini(&fx);
 }
 
 TestSuite(remote_localfail, .init = setup, .fini = teardown, .timeout = 120);
 
 Test(remote_localfail, persists_go_on_through_the_object_store)
 {
-    dstl_config *c = t_config(dir, "dstl.batch.persist-delay", "0", NULL);
+    dstl_config *c = t_config(fx.dir, "dstl.batch.persist-delay", "0", NULL);
     storage_seams t = {.fault = fault};
     dstl_storage *s = NULL;
     cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());

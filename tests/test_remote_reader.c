@@ -9,7 +9,8 @@
  * everything back.
  *
  * Records: writer `wid`, seq n: a meta record when n % META_EVERY == 7, else a data record in
- * key group n % NKG; payloads from t_payload. Every read is checked record by record.
+ * key group n % NKG; payloads PAYLOAD_RANDOM of stream wid, index n (tests/payload.h). Every
+ * read is checked record by record.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -30,23 +31,19 @@
 #include "dstl/seams.h"
 #include "helpers.h"
 #include "helpers_dstl.h"
-#include "helpers_s3.h"
+#include "helpers_remote.h"
+#include "payload.h"
 #include "wire/wire.h"
 
 #define NKG 16u
 #define META_EVERY 50u
-#define PREFIX "rd"
 
-static t_s3_env env;
-static s3_client *cli;
-static char bucket[64];
+static t_remote fx;
 static char *wdir, *rdir, *rdir2;
 
 static void setup(void)
 {
-    char why[512];
-    if (t_s3_setup(&env, &cli, bucket, sizeof bucket, "reader", why, sizeof why))
-        cr_assert_fail("%s", why);
+    t_remote_init(&fx, "reader");
     wdir = t_mkdtemp("rd-w");
     rdir = t_mkdtemp("rd-r");
     rdir2 = t_mkdtemp("rd-r2");
@@ -54,10 +51,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char why[512] = "";
-    if (cli && bucket[0] && t_s3_drop_bucket(cli, bucket, why, sizeof why)) fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(cli);
-    cli = NULL;
+    t_remote_fini(&fx);
     t_rm_rf(wdir);
     t_rm_rf(rdir);
     t_rm_rf(rdir2);
@@ -77,7 +71,7 @@ static void append_mix(dstl_writer *w, uint32_t wid, uint64_t n, size_t max_len)
     uint8_t *buf = malloc(max_len + 1);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t seq = dstl_writer_next_seq(w);
-        size_t len = t_payload(wid, seq, buf, max_len, max_len);
+        size_t len = payload_make(PAYLOAD_RANDOM, wid, seq, max_len, buf);
         int rc = is_meta(seq) ? dstl_append_meta(w, buf, len) : dstl_append(w, (uint32_t)(seq % NKG), buf, len);
         cr_assert_eq(rc, 0, "%s", dstl_last_error());
     }
@@ -94,7 +88,6 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
     dstl_reader *r = NULL;
     int rc = dstl_reader_open(s, h, kgf, kgl, &r);
     if (rc < 0) return rc;
-    uint8_t *want = malloc(max_len + 1);
     uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
     long n = 0;
     dstl_record rec;
@@ -102,9 +95,9 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
         while (seq < to && !is_meta(seq) && !(seq % NKG >= kgf && seq % NKG <= kgl)) seq++;
         rc = dstl_reader_next(r, &rec);
         if (rc <= 0) break;
-        size_t len = t_payload(wid, seq, want, max_len, max_len);
+        size_t len = payload_len(wid, seq, max_len);
         if (rec.seq != seq || rec.is_meta != is_meta(seq) || (!rec.is_meta && rec.key_group != seq % NKG) ||
-            rec.len != len || (len && memcmp(rec.data, want, len) != 0)) {
+            rec.len != len || payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) != len) {
             snprintf(why, why_cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu",
                      wid, (unsigned long)rec.seq, rec.is_meta, rec.key_group, rec.len, (unsigned long)seq);
             rc = -1;
@@ -120,7 +113,6 @@ static long check_read(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint
             rc = -1;
         }
     }
-    free(want);
     dstl_reader_close(r);
     return rc < 0 ? rc : n;
 }
@@ -181,7 +173,7 @@ static void write_local(scenario *sc)
 static void seg_key(const char *name, char *key, size_t cap)
 {
     remote_loc loc;
-    cr_assert_eq(remote_parse_uri("s3://x-bucket/" PREFIX, "test", &loc), 0);
+    cr_assert_eq(remote_parse_uri(fx.uri, "test", &loc), 0);
     cr_assert_eq(remote_key(&loc, name, key, cap), 0);
 }
 
@@ -226,14 +218,14 @@ static void upload(const char *skip, const char *flip, uint64_t flip_at)
             }
             seg_key(names[i], key, sizeof key);
             s3_result res;
-            cr_assert_eq(s3_put_object_sync(cli, bucket, key, buf, len, false, &res), 0, "%s", res.error);
+            cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, key, buf, len, false, &res), 0, "%s", res.error);
             free(buf);
         }
         free(names[i]);
     }
 }
 
-/* h with remote_uri s3://bucket/PREFIX: through the bytes, as another process would get it. */
+/* h with remote_uri the fixture's URI: through the bytes, as another process would get it. */
 static dstl_handle *with_remote(dstl_handle *h)
 {
     void *buf;
@@ -244,9 +236,7 @@ static dstl_handle *with_remote(dstl_handle *h)
     cr_assert_eq(wire_handle_decode(buf, len, &wh, &e), 0, "%s", e.msg);
     free(buf);
     free(wh->remote_uri);
-    char uri[128];
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, PREFIX);
-    wh->remote_uri = strdup(uri);
+    wh->remote_uri = strdup(fx.uri);
     cr_assert_eq(wire_handle_encode(wh, &buf, &len, &e), 0, "%s", e.msg);
     wire_handle_free(wh);
     dstl_handle *out = NULL;
@@ -280,9 +270,8 @@ static void scenario_free(scenario *sc)
  * nothing remote), plus up to two more key/value pairs. */
 static dstl_storage *open_rd(const char *dir, const char *k1, const char *v1, const char *k2, const char *v2)
 {
-    dstl_config *c = t_config(dir, "dstl.s3.endpoint", env.endpoint, "dstl.s3.access-key", env.access_key,
-                              "dstl.s3.secret-key", env.secret_key, "dstl.s3.region", env.region,
-                              "dstl.s3.path-style", "true", NULL);
+    dstl_config *c = t_config(dir, NULL);
+    t_remote_set_s3(&fx, c);
     if (k1) cr_assert_eq(dstl_config_set(c, k1, v1), 0, "%s", dstl_last_error());
     if (k2) cr_assert_eq(dstl_config_set(c, k2, v2), 0, "%s", dstl_last_error());
     dstl_storage *s = NULL;
@@ -471,7 +460,7 @@ Test(remote_reader, corrupted_remote_object_is_ecorrupt_naming_it)
     dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
     char key[1024], uri[1200];
     seg_key(names[0], key, sizeof key);
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
     dstl_reader *r = NULL;
     cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
     dstl_record rec;
@@ -502,7 +491,7 @@ Test(remote_reader, missing_object_is_enoent_naming_it)
     dstl_storage *s = open_rd(rdir, NULL, NULL, NULL, NULL);
     char key[1024], uri[1200];
     seg_key(names[1], key, sizeof key);
-    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+    snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
     /* The records of the first segment come, then the error of the second. */
     dstl_reader *r = NULL;
     cr_assert_eq(dstl_reader_open(s, sc.last[0], 0, NKG - 1, &r), 0);
@@ -804,7 +793,7 @@ Test(remote_reader, bad_local_copy_and_bad_or_missing_object_name_both)
     for (int i = 0; i < 2; i++) {
         char key[1024], uri[1200], path[4200];
         seg_key(names[i], key, sizeof key);
-        snprintf(uri, sizeof uri, "s3://%s/%s", bucket, key);
+        snprintf(uri, sizeof uri, "s3://%s/%s", fx.bucket, key);
         snprintf(path, sizeof path, "%s/%s", wdir, names[i]);
         if (i == 1) flip_local(names[0], WIRE_SEG_HEADER_LEN + 60);   /* segment 0 good again */
         long n = 0;
@@ -957,7 +946,7 @@ Test(remote_reader, cache_ranges_merge_and_hit_only_when_covered)
 {
     read_cache *c = test_cache_new(rdir, "run1", 1 << 20, 600000);
     uint8_t src[100], dst[100];
-    t_fill(src, sizeof src, 7);
+    payload_fill(PAYLOAD_RANDOM, 7, 0, src, sizeof src);
     cache_entry *e = cache_acquire(c, "s3://b/k1");
     cr_assert(e);
     cr_expect_eq(cache_read(c, e, 0, 10, dst), 0);
@@ -987,7 +976,7 @@ Test(remote_reader, cache_evicts_least_recent_unreferenced_beyond_max_size)
 {
     read_cache *c = test_cache_new(rdir, "run1", 100, 600000);
     uint8_t src[60], dst[60];
-    t_fill(src, sizeof src, 9);
+    payload_fill(PAYLOAD_RANDOM, 9, 0, src, sizeof src);
     cache_entry *a = cache_acquire(c, "s3://b/a");
     cache_insert(c, a, 0, 60, src);
     cache_release(c, a);

@@ -12,32 +12,22 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "helpers_s3.h"
+#include "helpers_remote.h"
+#include "payload.h"
 #include "s3/s3_int.h"
 
-static t_s3_env env;
-static s3_client *direct; /* straight to the server: setup and checks */
-static s3_client *cli;    /* through the proxy */
+static t_remote fx;         /* fx.s3: straight to the server, for setup and checks */
+static s3_client *cli;      /* through the proxy */
 static t_s3_proxy proxy;
-static char bucket[64];
 
-static void setup(void)
-{
-    char why[512];
-    if (t_s3_setup(&env, &direct, bucket, sizeof bucket, "fault", why, sizeof why))
-        cr_assert_fail("%s", why);
-}
+static void setup(void) { t_remote_init(&fx, "fault"); }
 
 static void teardown(void)
 {
     s3_client_free(cli);
     cli = NULL;
     t_s3_proxy_stop(&proxy);
-    char why[512] = "";
-    if (direct && bucket[0] && t_s3_drop_bucket(direct, bucket, why, sizeof why))
-        fprintf(stderr, "teardown: %s\n", why);
-    s3_client_free(direct);
-    direct = NULL;
+    t_remote_fini(&fx);
 }
 
 TestSuite(s3_faults, .init = setup, .fini = teardown, .timeout = 60);
@@ -47,8 +37,8 @@ TestSuite(s3_faults, .init = setup, .fini = teardown, .timeout = 60);
 static void through_proxy_t(const char *script, uint32_t attempt_ms, uint32_t transfer_ms)
 {
     char why[256];
-    cr_assert_eq(t_s3_proxy_start(&proxy, env.endpoint, script, why, sizeof why), 0, "%s", why);
-    s3_opts o = t_s3_opts(&env);
+    cr_assert_eq(t_s3_proxy_start(&proxy, fx.env.endpoint, script, why, sizeof why), 0, "%s", why);
+    s3_opts o = t_s3_opts(&fx.env);
     o.endpoint = proxy.url;
     o.attempt_timeout_ms = attempt_ms;
     o.transfer_timeout_ms = transfer_ms;
@@ -83,7 +73,7 @@ static void assert_left(size_t objects_want)
 {
     finish_cleanups();
     size_t objects = 99, uploads = 99;
-    cr_assert_eq(t_s3_count(direct, bucket, NULL, &objects, &uploads), 0);
+    cr_assert_eq(t_s3_count(fx.s3, fx.bucket, NULL, &objects, &uploads), 0);
     cr_assert_eq(objects, objects_want, "objects left: %zu, want %zu", objects, objects_want);
     cr_assert_eq(uploads, 0, "multipart uploads left: %zu", uploads);
 }
@@ -92,7 +82,7 @@ static uint8_t *pattern(size_t len, uint64_t seed)
 {
     uint8_t *p = malloc(len);
     cr_assert(p);
-    t_fill(p, len, seed);
+    payload_fill(PAYLOAD_RANDOM, seed, 0, p, len);
     return p;
 }
 
@@ -107,7 +97,7 @@ Test(s3_faults, http_500_twice_then_success)
 {
     through_proxy("PUT 500 x2");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "v", 1, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "v", 1, false, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 3);
     assert_left(1);
 }
@@ -116,7 +106,7 @@ Test(s3_faults, http_500_beyond_the_bound_fails_clearly)
 {
     through_proxy("PUT 500 x3");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
     assert_has(r.error, "PUT s3://");
     assert_has(r.error, "/k: 500 InternalError: injected by s3proxy");
     assert_has(r.error, "3 attempts");
@@ -130,7 +120,7 @@ Test(s3_faults, slowdown_twice_then_success)
 {
     through_proxy("PUT 503 x2");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "v", 1, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "v", 1, false, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 3);
     assert_left(1);
 }
@@ -139,7 +129,7 @@ Test(s3_faults, slowdown_beyond_the_bound_fails_clearly)
 {
     through_proxy("PUT 503 x3");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
     assert_has(r.error, "503 SlowDown: Please reduce your request rate");
     cr_assert_str_eq(r.s3_code, "SlowDown");
     assert_left(0);
@@ -153,7 +143,7 @@ Test(s3_faults, slow_answer_is_hedged)
     s3_stats before, after;
     s3_client_stats(cli, &before);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "hedged", 6, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "hedged", 6, false, &r), 0, "%s", r.error);
     s3_client_stats(cli, &after);
     cr_assert_eq(after.hedges - before.hedges, 2);
     cr_assert_eq(r.attempts, 3);
@@ -166,20 +156,20 @@ Test(s3_faults, hedged_put_if_none_match_sees_its_own_object)
      * object: a HEAD with our ETag settles it as success */
     through_proxy_t("PUT delay=3000 x1", 300, 1500);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "mine", 4, true, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "mine", 4, true, &r), 0, "%s", r.error);
     char want[72];
     s3_md5_etag("mine", 4, want);
     cr_assert_str_eq(r.etag, want);
     assert_left(1);
     /* someone else's object is still refused */
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "other", 5, true, &r), -EEXIST, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "other", 5, true, &r), -EEXIST, "%s", r.error);
 }
 
 Test(s3_faults, answers_slower_than_the_transfer_timeout_fail_and_clean_up)
 {
     through_proxy_t("PUT delay=5000 x3", 300, 1500);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "late", 4, false, &r), -ETIMEDOUT);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "late", 4, false, &r), -ETIMEDOUT);
     assert_has(r.error, "PUT s3://");
     assert_has(r.error, "timed out");
     assert_has(r.error, "3 attempts");
@@ -193,10 +183,10 @@ Test(s3_faults, reset_mid_body_twice_then_success)
 {
     uint8_t *data = pattern(300000, 5);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(direct, bucket, "g", data, 300000, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, "g", data, 300000, false, &r), 0, "%s", r.error);
     through_proxy("GET reset x2");
     uint8_t *back = malloc(200000);
-    cr_assert_eq(s3_get_object_sync(cli, bucket, "g", 1001, back, 200000, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_get_object_sync(cli, fx.bucket, "g", 1001, back, 200000, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 3);
     cr_assert_eq(memcmp(back, data + 1001, 200000), 0);
     assert_left(1);
@@ -208,7 +198,7 @@ Test(s3_faults, reset_beyond_the_bound_fails_clearly_and_cleans_up)
 {
     through_proxy("PUT reset x3");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "k", "v", 1, false, &r), DSTL_EREMOTE);
     assert_has(r.error, "Connection reset by peer");
     assert_has(r.error, "3 attempts");
     /* each reset came after the server stored the object: the cleanup deleted it */
@@ -221,10 +211,10 @@ Test(s3_faults, truncated_body_twice_then_success)
 {
     uint8_t *data = pattern(100000, 6);
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(direct, bucket, "t", data, 100000, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, "t", data, 100000, false, &r), 0, "%s", r.error);
     through_proxy("GET truncate x2");
     uint8_t *back = malloc(100000);
-    cr_assert_eq(s3_get_object_sync(cli, bucket, "t", 0, back, 100000, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_get_object_sync(cli, fx.bucket, "t", 0, back, 100000, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 3);
     cr_assert_eq(memcmp(back, data, 100000), 0);
     free(back);
@@ -234,11 +224,11 @@ Test(s3_faults, truncated_body_twice_then_success)
 Test(s3_faults, truncated_body_beyond_the_bound_fails_clearly)
 {
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(direct, bucket, "t", "0123456789", 10, false, &r), 0, "%s",
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, "t", "0123456789", 10, false, &r), 0, "%s",
                  r.error);
     through_proxy("GET truncate x3");
     char back[16];
-    cr_assert_eq(s3_get_object_sync(cli, bucket, "t", 0, back, 10, &r), DSTL_EREMOTE);
+    cr_assert_eq(s3_get_object_sync(cli, fx.bucket, "t", 0, back, 10, &r), DSTL_EREMOTE);
     assert_has(r.error, "GET s3://");
     assert_has(r.error, "curl 18");
     assert_left(1);
@@ -247,10 +237,10 @@ Test(s3_faults, truncated_body_beyond_the_bound_fails_clearly)
 Test(s3_faults, truncated_listing_is_retried)
 {
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(direct, bucket, "l1", "a", 1, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, "l1", "a", 1, false, &r), 0, "%s", r.error);
     through_proxy("GET?list-type truncate x2");
     s3_list l;
-    cr_assert_eq(s3_list_objects_all_sync(cli, bucket, NULL, 0, &l, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_list_objects_all_sync(cli, fx.bucket, NULL, 0, &l, &r), 0, "%s", r.error);
     cr_assert_eq(l.n_objects, 1);
     s3_list_clear(&l);
 }
@@ -265,10 +255,10 @@ Test(s3_faults, multipart_survives_part_and_complete_faults)
     uint8_t *data = pattern(len, 8);
     through_proxy_mpu("PUT?partNumber=1 500 x2; PUT?partNumber=2 reset x1; POST?uploadId 503 x1");
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
     cr_assert_eq(r.parts, 3);
     assert_left(1);
-    cr_assert_eq(s3_head_object_sync(direct, bucket, "m", &r), 0, "%s", r.error);
+    cr_assert_eq(s3_head_object_sync(fx.s3, fx.bucket, "m", &r), 0, "%s", r.error);
     cr_assert_eq(r.bytes, len);
     free(data);
 }
@@ -279,7 +269,7 @@ Test(s3_faults, multipart_part_beyond_the_bound_aborts_the_upload)
     uint8_t *data = pattern(len, 9);
     through_proxy_mpu("PUT?partNumber=2 500 x3");
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "m", data, len, &mpu_opts, &r), DSTL_EREMOTE, "%s",
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "m", data, len, &mpu_opts, &r), DSTL_EREMOTE, "%s",
                  r.error);
     assert_has(r.error, "UploadPart s3://");
     assert_has(r.error, "(part 2 of 3)");
@@ -295,7 +285,7 @@ Test(s3_faults, multipart_slow_complete_is_hedged_and_resolved)
     uint8_t *data = pattern(len, 10);
     through_proxy_t("POST?uploadId delay=3000 x1", 1000, 20000);
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
     cr_assert(strstr(r.etag, "-3\""), "%s", r.etag);
     assert_left(1);
     free(data);
@@ -309,7 +299,7 @@ Test(s3_faults, multipart_retried_create_leaves_no_stray_upload)
     uint8_t *data = pattern(len, 11);
     through_proxy_mpu("POST?uploads= reset x1");
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "m", data, len, &mpu_opts, &r), 0, "%s", r.error);
     assert_left(1);
     free(data);
 }
@@ -320,7 +310,7 @@ Test(s3_faults, multipart_complete_beyond_the_bound_cleans_up)
     uint8_t *data = pattern(len, 12);
     through_proxy_mpu("POST?uploadId 500 x3");
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "m", data, len, &mpu_opts, &r), DSTL_EREMOTE, "%s",
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "m", data, len, &mpu_opts, &r), DSTL_EREMOTE, "%s",
                  r.error);
     assert_has(r.error, "CompleteMultipartUpload s3://");
     assert_has(r.error, "500 InternalError");
@@ -335,8 +325,8 @@ Test(s3_faults, multipart_complete_beyond_the_bound_cleans_up)
 static void through_proxy_unsigned(const char *script)
 {
     char why[256];
-    cr_assert_eq(t_s3_proxy_start(&proxy, env.endpoint, script, why, sizeof why), 0, "%s", why);
-    s3_opts o = t_s3_opts(&env);
+    cr_assert_eq(t_s3_proxy_start(&proxy, fx.env.endpoint, script, why, sizeof why), 0, "%s", why);
+    s3_opts o = t_s3_opts(&fx.env);
     o.endpoint = proxy.url;
     o.attempt_timeout_ms = 10000;
     o.transfer_timeout_ms = 20000;
@@ -353,11 +343,11 @@ static void assert_object_is(const char *key, const uint8_t *want, size_t len)
     uint8_t *back = malloc(len + 1);
     cr_assert(back);
     s3_result r;
-    cr_assert_eq(s3_get_object_sync(direct, bucket, key, 0, back, len + 1, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_get_object_sync(fx.s3, fx.bucket, key, 0, back, len + 1, &r), 0, "%s", r.error);
     cr_assert_eq(r.bytes, len);
     size_t at = 0;
     while (at < len && back[at] == want[at]) at++;
-    cr_assert_eq(at, len, "s3://%s/%s differs from what was uploaded at byte %zu", bucket, key, at);
+    cr_assert_eq(at, len, "s3://%s/%s differs from what was uploaded at byte %zu", fx.bucket, key, at);
     free(back);
 }
 
@@ -367,7 +357,7 @@ Test(s3_faults, put_body_corrupted_in_transit_is_detected_and_replaced)
     uint8_t *data = pattern(len, 21);
     through_proxy_unsigned("PUT corrupt x1");
     s3_result r;
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "c", data, len, true, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "c", data, len, true, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 2, "the corrupt copy was not acknowledged: %d attempts", r.attempts);
     assert_object_is("c", data, len);
     char md5[72];
@@ -382,7 +372,7 @@ Test(s3_faults, part_corrupted_in_transit_is_detected_and_replaced)
     uint8_t *data = pattern(len, 22);
     through_proxy_unsigned("PUT?partNumber=2 corrupt x1");
     s3_result r;
-    cr_assert_eq(s3_upload_sync(cli, bucket, "cm", data, len, &mpu_opts, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "cm", data, len, &mpu_opts, &r), 0, "%s", r.error);
     assert_object_is("cm", data, len);
     assert_left(1);
     free(data);
@@ -399,7 +389,7 @@ Test(s3_faults, complete_resent_by_libcurl_is_settled_as_ours)
     s3_result r;
     s3_stats before, after;
     s3_client_stats(cli, &before);
-    cr_assert_eq(s3_upload_sync(cli, bucket, "rc", data, len, &mpu_opts, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_upload_sync(cli, fx.bucket, "rc", data, len, &mpu_opts, &r), 0, "%s", r.error);
     s3_client_stats(cli, &after);
     cr_assert(strstr(r.etag, "-3\""), "%s", r.etag);
     cr_assert_eq(after.resends - before.resends, 1, "libcurl's re-send was seen");
@@ -413,8 +403,8 @@ Test(s3_faults, put_if_none_match_resent_by_libcurl_is_settled_as_ours)
     through_proxy("PUT?resent drop-reused x1");
     s3_result r;
     /* a first request leaves a connection to reuse */
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "warm", "w", 1, false, &r), 0, "%s", r.error);
-    cr_assert_eq(s3_put_object_sync(cli, bucket, "resent", "mine", 4, true, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "warm", "w", 1, false, &r), 0, "%s", r.error);
+    cr_assert_eq(s3_put_object_sync(cli, fx.bucket, "resent", "mine", 4, true, &r), 0, "%s", r.error);
     cr_assert_eq(r.attempts, 2, "libcurl's re-send counts as an attempt");
     char md5[72];
     s3_md5_etag("mine", 4, md5);

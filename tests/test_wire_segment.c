@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "payload.h"
 #include "wire_golden.h"
 #include "wire/dstl.pb-c.h"
 #include "wire/wire.h"
@@ -47,7 +48,8 @@ typedef struct {
 static uint64_t rng_state = 0x5eed;
 static uint64_t rnd(uint64_t n) { return n ? t_rand(&rng_state) % n : 0; }
 
-/* Adds a section from parallel arrays; payload bytes come from t_fill(seed). */
+/* Adds a section from parallel arrays; payload bytes come from t_fill(seed), not payload.h:
+ * sample_model's bytes are pinned by the golden file tests/data/wire_segment_v1.hex. */
 static void msec_build(msec *s, const char *id, uint64_t seq_first, size_t n, const uint32_t *kg,
                        const int *meta, const uint32_t *len, uint64_t seed)
 {
@@ -430,12 +432,8 @@ Test(wire_segment, incompressible_section_is_stored_raw)
 {
     mseg m = {0};
     uniform_model(&m, "random", 9, 4, 4000);
-    rng_state = 3;
     for (size_t i = 0; i < 4; i++)   /* full-entropy payloads */
-        for (size_t b = 0; b < 4000; b += 8) {
-            uint64_t r = t_rand(&rng_state);
-            memcpy((uint8_t *)m.secs[0].recs[i].data + b, &r, 8);
-        }
+        payload_fill(PAYLOAD_RANDOM, 3, i, (uint8_t *)m.secs[0].recs[i].data, 4000);
     mseg_finish(&m);
     wire_seg_opts o = sample_opts(WIRE_COMP_ZSTD);
     wire_segment_out out;

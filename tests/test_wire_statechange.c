@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/payload.h"
 #include "wire/dstl.pb-c.h"
 #include "wire/wire.h"
 
@@ -86,7 +87,7 @@ Test(wire_statechange, agrees_with_protobuf_c)
         for (int k = 0; k < 4; k++) {
             st = st * 6364136223846793005ull + 1442695040888963407ull;
             lens[k] = (st >> 33) % (k == 3 ? 300 : 40);
-            for (size_t j = 0; j < lens[k]; j++) blobs[k][j] = (uint8_t)(st >> (j % 7));
+            payload_fill(PAYLOAD_RANDOM, (uint64_t)i, (uint64_t)k, blobs[k], lens[k]);
         }
         char name[16] = "state-xyz";
         wire_state_change sc = {.op = 1 + i % 6, .state_id = (uint32_t)(st >> 5),

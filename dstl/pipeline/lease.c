@@ -36,12 +36,14 @@ int lease_check(pipeline_loop *loop, uint64_t now, char *why, size_t cap)
     uint64_t age_ms = (now - l->ok_ns) / 1000000, t = s->conf.lease_timeout_ms, r = s->conf.lease_refresh_ms;
     if (age_ms > t) l->lapsed = 1;
     if (!l->lapsed && age_ms <= t - 2 * r) return 0;
-    snprintf(why, cap, "the run's lease s3://%.63s/%.300s was last refreshed %llu ms ago (%s%.200s): %s", s->remote.bucket,
-             s->loop.lease_key, (unsigned long long)age_ms, l->err[0] ? "last attempt: " : "", l->err,
-             l->lapsed ? "past dstl.remote.lease-timeout another machine's gc may have taken this run for dead; "
-                         "persists stay fenced: reopen the storage"
+    /* What it means first, then which lease and why: the detail is bounded, keys are long. */
+    snprintf(why, cap, "%s: the run's lease s3://%.63s/%.300s was last refreshed %llu ms ago%s%.200s",
+             l->lapsed ? "persists stay fenced, reopen the storage: past dstl.remote.lease-timeout another "
+                         "machine's gc may have taken this run for dead"
                        : "persists are fenced until a refresh succeeds (dstl.remote.lease-timeout - 2 x "
-                         "dstl.remote.lease-refresh)");
+                         "dstl.remote.lease-refresh)",
+             s->remote.bucket, s->loop.lease_key, (unsigned long long)age_ms, l->err[0] ? "; last attempt: " : "",
+             l->err);
     return DSTL_EREMOTE;
 }
 

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "dstl.h"
+#include "tests/payload.h"
 
 #define WRITERS 4
 #define NKG 16
@@ -60,16 +61,16 @@ static pthread_mutex_t g_out_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t record_max(void) { return g_big ? BIG_RECORD_MAX : 3000; }
 
-static size_t payload(uint32_t wid, uint64_t seq, uint8_t *buf)
+/* Record seq of writer wid is the PAYLOAD_RANDOM payload of stream wid, index seq
+ * (tests/payload.h), shorter than record_max(); in key group seq % NKG. */
+static size_t record_len_max(void) { return record_max() - 1; }
+
+/* Whether rec is record seq of writer wid, byte for byte. */
+static int record_ok(uint32_t wid, uint64_t seq, const dstl_record *rec)
 {
-    uint64_t x = (seq + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)wid << 40);
-    x ^= x >> 31;
-    size_t len = (size_t)(x % record_max());
-    for (size_t i = 0; i < len; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        buf[i] = (uint8_t)(x >> 56);
-    }
-    return len;
+    size_t len = payload_len(wid, seq, record_len_max());
+    return rec->seq == seq && rec->len == len && rec->key_group == seq % NKG &&
+           payload_check(PAYLOAD_RANDOM, wid, seq, rec->data, len) == len;
 }
 
 static void die(const char *what)
@@ -146,7 +147,7 @@ static void *writer_main(void *arg)
         int n = 1 + (int)((x >> 33) % 60);
         for (int i = 0; i < n; i++) {
             uint64_t seq = dstl_writer_next_seq(w);
-            size_t len = payload(j->wid, seq, buf);
+            size_t len = payload_make(PAYLOAD_RANDOM, j->wid, seq, record_len_max(), buf);
             if (dstl_append(w, (uint32_t)(seq % NKG), buf, len) < 0) die("append");
         }
         dstl_future *f;
@@ -256,7 +257,6 @@ static int verify(const char *dir, int exact)
     size_t nlive = 0;
     int bad = 0;
     uint64_t records = 0;
-    uint8_t *want = malloc(record_max());
     for (uint32_t wid = 0; wid < WRITERS; wid++) {
         char path[4096];
         snprintf(path, sizeof path, "%s/w%u.handle", g_handles, wid);
@@ -278,8 +278,7 @@ static int verify(const char *dir, int exact)
         dstl_record rec;
         int rc;
         while ((rc = dstl_reader_next(r, &rec)) == 1) {
-            size_t wl = payload(wid, seq, want);
-            if (rec.seq != seq || rec.len != wl || memcmp(rec.data, want, wl) != 0 || rec.key_group != seq % NKG) {
+            if (!record_ok(wid, seq, &rec)) {
                 fprintf(stderr, "verify: writer %u: record %" PRIu64 " (got seq %" PRIu64 ") differs\n", wid, seq,
                         rec.seq);
                 bad = 1;
@@ -324,7 +323,6 @@ static int verify(const char *dir, int exact)
     }
     printf("verified %zu handles, %" PRIu64 " records: %s\n", nlive, records, bad ? "FAILED" : "ok");
     for (size_t i = 0; i < nlive; i++) dstl_handle_free(live[i]);
-    free(want);
     dstl_config_free(c);
     return bad;
 }
@@ -335,8 +333,7 @@ static int hex_val(int c)
 }
 
 /* Checks h's records against what writer wid appended; 0, or 1 naming the loss on stderr. */
-static int check_handle(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint64_t cp, uint8_t *want,
-                        uint64_t *records)
+static int check_handle(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint64_t cp, uint64_t *records)
 {
     dstl_reader *r;
     if (dstl_reader_open(s, h, 0, NKG - 1, &r) < 0) {
@@ -347,8 +344,7 @@ static int check_handle(dstl_storage *s, const dstl_handle *h, uint32_t wid, uin
     dstl_record rec;
     int rc, bad = 0;
     while ((rc = dstl_reader_next(r, &rec)) == 1) {
-        size_t wl = payload(wid, seq, want);
-        if (rec.seq != seq || rec.len != wl || memcmp(rec.data, want, wl) != 0 || rec.key_group != seq % NKG) {
+        if (!record_ok(wid, seq, &rec)) {
             fprintf(stderr, "verify-acks: writer %u checkpoint %" PRIu64 ": record %" PRIu64 " (got seq %" PRIu64
                             ", %zu bytes) differs\n", wid, cp, seq, rec.seq, rec.len);
             bad = 1;
@@ -380,7 +376,6 @@ static int verify_acks(const char *dir, const char *file)
     dstl_config *c = config_for(dir);
     dstl_storage *s;
     if (dstl_storage_open(c, &s) < 0) die("storage open");
-    uint8_t *want = malloc(record_max());
     char *line = NULL;
     size_t cap = 0, handles = 0, lost = 0, lineno = 0;
     uint64_t records = 0;
@@ -420,12 +415,11 @@ static int verify_acks(const char *dir, const char *file)
             exit(2);
         }
         handles++;
-        lost += (size_t)check_handle(s, h, wid, cp, want, &records);
+        lost += (size_t)check_handle(s, h, wid, cp, &records);
         dstl_handle_free(h);
     }
     free(line);
     fclose(in);
-    free(want);
     if (dstl_storage_close(s) < 0) die("close");
     dstl_config_free(c);
     printf("verify-acks: %zu handles, %" PRIu64 " records checked, %zu handles lost\n", handles, records, lost);
