@@ -53,7 +53,9 @@ struct ioeng_backend_ops {
     /* Hands prepared requests to the kernel (psync: performs them and queues their results,
      * signalling the eventfd). Returns how many prepared requests it still holds (the kernel
      * may take a prefix); on EAGAIN/EBUSY/EINTR that count too, keeping the requests and making
-     * the eventfd readable so the caller comes back; otherwise -errno. An engine that can_link
+     * the eventfd readable so the caller comes back; otherwise -errno, for the submission as a
+     * whole (libaio instead turns one request the kernel refuses — an fsync it cannot do, a bad
+     * fd — into that request's result and submits the rest). An engine that can_link
      * must mark `split` on the first held request when the last one the kernel took had `link`.
      * Never blocks on I/O completion (psync aside). */
     int (*submit)(struct ioeng_backend *b);
