@@ -33,12 +33,6 @@ typedef struct reader_counters {
     _Atomic uint64_t local_fallbacks;   /* segments read from S3 after their local copy failed */
 } reader_counters;
 
-/* Adds 1 to a reader counter (any thread). */
-static inline void reader_count(_Atomic uint64_t *c, uint64_t n)
-{
-    atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
 /* A persist ended (s->mu held): a failure, or its latency. */
 static inline void metrics_persist_done(storage_counters *c, int err, uint64_t lat_us)
 {
