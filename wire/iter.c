@@ -132,6 +132,31 @@ static int check_crc(const wire_iter *it, const uint8_t *p, uint64_t n, uint32_t
                      it->writer, ULL(it->offset), what, ULL(raw_off), want, got);
 }
 
+/* A sealed unit that did not open: DSTL_ECRYPTO naming the section, the unit and offset. */
+static int sealed_fail(const wire_iter *it, const wire_section_info *sec, int rc, const char *what,
+                       uint64_t raw_off, wire_err *err)
+{
+    if (rc != DSTL_ECRYPTO) return wire_fail(err, rc, "section %s: decryption failed", it->writer);
+    return wire_fail(err, rc, "section %u (%s) at segment offset %llu: %s at segment offset %llu: authentication failed "
+                     "(damaged or altered bytes)", sec->index, it->writer, ULL(it->offset), what, ULL(raw_off));
+}
+
+/* Authenticates and decrypts run r of a sealed uncompressed section from the caller's bytes
+ * into the iterator's copy (laid out as the caller's range [base, base + len)). */
+static int open_run(wire_iter *it, const wire_section_info *sec, size_t r, const uint8_t *bytes, uint64_t base,
+                    size_t len, const uint8_t **start, wire_err *err)
+{
+    const wire_kg_run *k = &sec->runs[r];
+    if (!it->raw_owned && !(it->raw_owned = malloc(len ? len : 1)))
+        return wire_fail(err, -ENOMEM, "section %s: out of memory", it->writer);
+    uint8_t *dst = it->raw_owned + (k->offset - base), tag[16];
+    memcpy(tag, k->tag, 16);
+    int rc = seal_unit((wire_seal *)sec->seal, 1, sec, (uint32_t)r, bytes + (k->offset - base), k->len, dst, tag);
+    if (rc < 0) return sealed_fail(it, sec, rc, "key-group run", sec->offset + k->offset, err);
+    *start = dst;
+    return 0;
+}
+
 static int run_needed(const wire_kg_run *k, uint32_t kg_first, uint32_t kg_last)
 {
     return k->is_meta || (k->key_group >= kg_first && k->key_group <= kg_last);
@@ -152,9 +177,25 @@ static int open_body(wire_iter *it, const wire_section_info *sec, const uint8_t 
         *raw = bytes;
         return rc;
     }
+    uint8_t *plain = NULL;
+    if (sec->seal) {   /* compress-then-encrypt: authenticate and decrypt, then inflate */
+        if (!(plain = malloc(len ? len : 1))) return wire_fail(err, -ENOMEM, "section %s: out of memory", it->writer);
+        uint8_t tag[16];
+        memcpy(tag, sec->tag, 16);
+        rc = seal_unit((wire_seal *)sec->seal, 1, sec, SEAL_WHOLE, bytes, len, plain, tag);
+        if (rc < 0) {
+            free(plain);
+            return sealed_fail(it, sec, rc, "stored bytes", it->offset, err);
+        }
+        bytes = plain;
+    }
     it->raw_owned = malloc(sec->raw_len ? sec->raw_len : 1);
-    if (!it->raw_owned) return wire_fail(err, -ENOMEM, "section %s: out of memory", it->writer);
+    if (!it->raw_owned) {
+        free(plain);
+        return wire_fail(err, -ENOMEM, "section %s: out of memory", it->writer);
+    }
     rc = wire_codec_decompress(sec->compression, bytes, len, it->raw_owned, sec->raw_len, err);
+    free(plain);
     if (rc < 0) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err ? err->msg : "");
@@ -217,6 +258,7 @@ int wire_iter_open(const wire_section_info *sec, const void *bytes, uint64_t bas
                 goto fail;
             }
             start = (const uint8_t *)bytes + (k->offset - base);
+            if (sec->seal && (rc = open_run(it, sec, r, bytes, base, len, &start, err)) < 0) goto fail;
         }
         if ((!raw || sec->compression != WIRE_COMP_NONE) &&
             (rc = check_crc(it, start, k->len, k->crc, "key-group run", k->offset, err)) < 0)

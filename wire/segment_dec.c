@@ -20,6 +20,7 @@ struct wire_index {
     wire_section_info *secs;
     wire_kg_run *runs;
     size_t nsecs;
+    wire_seal *seal;             /* encrypted segments: the data key (wiped on free) */
 };
 
 #define ULL(x) ((unsigned long long)(x))
@@ -44,7 +45,7 @@ int wire_trailer_parse(const void *trailer, size_t len, uint64_t object_len,
     if (version != WIRE_VERSION)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: format version %u, this reader knows %u",
                          ULL(at + 4), version, WIRE_VERSION);
-    if (flags != 0)
+    if (flags & ~WIRE_SEG_FLAG_SEALED)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: unknown trailer flags %#x",
                          ULL(at + 6), flags);
     uint64_t foff = wire_le64(t + 8);
@@ -61,8 +62,10 @@ int wire_trailer_parse(const void *trailer, size_t len, uint64_t object_len,
 }
 
 /* Checks one section's key-group runs and fills their wire_kg_run copies. */
-static int check_runs(const Dstl__Section *s, size_t i, wire_kg_run *runs, wire_err *err)
+static int check_runs(const Dstl__Section *s, size_t i, int sealed, wire_kg_run *runs, wire_err *err)
 {
+    /* A sealed uncompressed section has a tag per run; nothing else has run tags. */
+    size_t want_tag = sealed && s->compression == DSTL__COMPRESSION__COMPRESSION_NONE ? 16 : 0;
     uint64_t off = 0, count = 0;
     int have_data = 0;
     uint32_t prev_kg = 0;
@@ -74,6 +77,7 @@ static int check_runs(const Dstl__Section *s, size_t i, wire_kg_run *runs, wire_
         else if (k->count == 0 || k->count > k->len / 2) bad = "has an implausible record count";
         else if (k->is_meta && (r != s->n_runs - 1 || k->key_group != 0)) bad = "is a misplaced meta run";
         else if (!k->is_meta && have_data && k->key_group <= prev_kg) bad = "is out of key-group order";
+        else if (k->tag.len != want_tag) bad = want_tag ? "has no authentication tag" : "has an unexpected tag";
         if (bad)
             return wire_fail(err, DSTL_ECORRUPT,
                              "footer section %zu (%s) at segment offset %llu: run %zu (kg %u, raw offset %llu) %s",
@@ -86,6 +90,7 @@ static int check_runs(const Dstl__Section *s, size_t i, wire_kg_run *runs, wire_
         count += k->count;
         runs[r] = (wire_kg_run){.key_group = k->key_group, .is_meta = k->is_meta, .offset = k->offset,
                                 .len = k->len, .count = k->count, .crc = k->crc32c};
+        if (want_tag) memcpy(runs[r].tag, k->tag.data, 16);
     }
     const char *bad = NULL;
     if (off != s->raw_len) bad = "runs do not cover the raw length";
@@ -101,17 +106,25 @@ static int check_runs(const Dstl__Section *s, size_t i, wire_kg_run *runs, wire_
 }
 
 /* Checks one section's fields against the segment; *pos is where it must start. */
-static int check_section(const Dstl__Section *s, size_t i, uint64_t *pos, uint64_t footer_offset,
+static int check_section(const Dstl__Section *s, size_t i, int sealed, uint64_t *pos, uint64_t footer_offset,
                          wire_err *err)
 {
     const char *bad = NULL;
+    int compressed = s->compression != DSTL__COMPRESSION__COMPRESSION_NONE;
     if (!s->writer_id[0]) bad = "empty writer id";
     else if (s->offset != *pos) bad = "does not start where the previous section ends";
     else if (s->stored_len == 0 || s->stored_len > footer_offset - *pos) bad = "stored bytes run past the footer";
     else if (s->seq_end <= s->seq_first || s->record_count != s->seq_end - s->seq_first)
         bad = "seq range does not match the record count";
-    else if (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_NONE || s->key_id[0] || s->nonce.len || s->tag.len)
-        bad = "is encrypted (format version 1 readers cannot decrypt)";
+    else if (s->key_id[0] || s->nonce.len)
+        bad = "sets the unused key id or nonce fields";
+    else if (!sealed && (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_NONE || s->tag.len))
+        bad = "is encrypted in a plain segment (no key block)";
+    else if (sealed && (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_AES_256_GCM ||
+                        s->tag.len != (compressed ? 16u : 0u)))
+        bad = "is not sealed as its encrypted segment requires";
+    else if (sealed && strlen(s->writer_id) > SEAL_WRITER_ID_MAX)
+        bad = "has a writer id too long to be sealed";
     else if (s->compression == DSTL__COMPRESSION__COMPRESSION_NONE ? s->raw_len != s->stored_len
              : (s->compression != DSTL__COMPRESSION__COMPRESSION_LZ4 &&
                 s->compression != DSTL__COMPRESSION__COMPRESSION_ZSTD))
@@ -127,8 +140,73 @@ static int check_section(const Dstl__Section *s, size_t i, uint64_t *pos, uint64
     return 0;
 }
 
-int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
-                     uint64_t object_len, wire_index **out, wire_err *err)
+/* An encrypted footer: the key block, then the sealed protobuf. Opens the data key, checks
+ * the footer's tag and unpacks the plaintext; the key block's ids must match the footer's. */
+static int open_sealed(const uint8_t *footer, size_t len, const seal_block *b, const wire_keyring *keys,
+                       uint64_t footer_offset, wire_index *ix, Dstl__SegmentFooter **f, wire_err *err)
+{
+    int rc = seal_resume(footer, b, keys, &ix->seal, err, footer_offset);
+    if (rc < 0) return rc;
+    size_t n = len - b->len;
+    uint8_t *pb = malloc(n ? n : 1), block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
+    if (!pb) return -ENOMEM;
+    memcpy(pb, footer + b->len, n);
+    memcpy(block, footer, b->len);
+    rc = seal_footer(ix->seal, 1, block, b->len, pb, n);
+    if (rc == DSTL_ECRYPTO)
+        rc = wire_fail(err, rc, "segment offset %llu: footer authentication failed (key id '%s'): damaged or "
+                       "altered", ULL(footer_offset + b->len), b->key_id);
+    if (rc == 0 && !(*f = dstl__segment_footer__unpack(NULL, n, pb)))
+        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sealed footer does not parse as protobuf",
+                       ULL(footer_offset + b->len));
+    free(pb);
+    if (rc == 0 && ((*f)->segment_no != b->segment_no || strcmp((*f)->run_id, b->run_id) != 0))
+        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: key block names run %s segment %llu, the "
+                       "footer run %s segment %llu", ULL(footer_offset), b->run_id, ULL(b->segment_no),
+                       (*f)->run_id, ULL((*f)->segment_no));
+    return rc;
+}
+
+/* Checks the parsed footer's sections and builds the index's infos. */
+static int index_build(wire_index *ix, uint64_t footer_offset, wire_err *err)
+{
+    Dstl__SegmentFooter *f = ix->pb;
+    int sealed = ix->seal != NULL;
+    if (f->format_version != WIRE_VERSION || !f->run_id[0] || f->n_sections == 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer version %u, run id '%s', %zu sections",
+                         ULL(footer_offset), f->format_version, f->run_id, f->n_sections);
+    size_t nruns = 0;
+    uint64_t pos = WIRE_SEG_HEADER_LEN;
+    int rc;
+    for (size_t i = 0; i < f->n_sections; i++) {
+        if ((rc = check_section(f->sections[i], i, sealed, &pos, footer_offset, err)) < 0) return rc;
+        nruns += f->sections[i]->n_runs;
+    }
+    if (pos != footer_offset)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sections end at %llu, not at the footer",
+                         ULL(footer_offset), ULL(pos));
+    ix->secs = calloc(f->n_sections, sizeof *ix->secs);
+    ix->runs = calloc(nruns, sizeof *ix->runs);
+    if (!ix->secs || !ix->runs) return -ENOMEM;
+    ix->nsecs = f->n_sections;
+    wire_kg_run *runs = ix->runs;
+    for (size_t i = 0; i < f->n_sections; i++) {
+        const Dstl__Section *s = f->sections[i];
+        if ((rc = check_runs(s, i, sealed, runs, err)) < 0) return rc;
+        ix->secs[i] = (wire_section_info){
+            .writer_id = s->writer_id, .seq_first = s->seq_first, .seq_end = s->seq_end,
+            .nrec = s->record_count, .data_bytes = s->data_bytes, .kg_first = s->kg_first,
+            .kg_last = s->kg_last, .offset = s->offset, .stored_len = s->stored_len,
+            .raw_len = s->raw_len, .crc = s->crc32c, .compression = (int)s->compression,
+            .runs = runs, .nruns = s->n_runs, .index = (uint32_t)i, .seal = ix->seal};
+        if (s->tag.len == 16) memcpy(ix->secs[i].tag, s->tag.data, 16);
+        runs += s->n_runs;
+    }
+    return 0;
+}
+
+int wire_index_parse_keyed(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
+                           uint64_t object_len, const wire_keyring *keys, wire_index **out, wire_err *err)
 {
     if (!footer || !out)
         return wire_fail(err, -EINVAL, "footer parse: NULL argument");
@@ -141,65 +219,46 @@ int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64
     if (crc != footer_crc)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer CRC32C %08x, computed %08x",
                          ULL(footer_offset), footer_crc, crc);
-    Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, len, footer);
-    if (!f)
-        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer does not parse as protobuf",
+    seal_block b;
+    int sealed = seal_block_parse(footer, len, &b);
+    if (sealed < 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: malformed encryption key block",
                          ULL(footer_offset));
     wire_index *ix = calloc(1, sizeof *ix);
-    int rc = -ENOMEM;
-    if (!ix) goto fail;
-    ix->pb = f;
-    if (f->format_version != WIRE_VERSION || !f->run_id[0] || f->n_sections == 0) {
-        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer version %u, run id '%s', %zu sections",
-                       ULL(footer_offset), f->format_version, f->run_id, f->n_sections);
-        goto fail;
-    }
-    size_t nruns = 0;
-    uint64_t pos = WIRE_SEG_HEADER_LEN;
-    for (size_t i = 0; i < f->n_sections; i++) {
-        if ((rc = check_section(f->sections[i], i, &pos, footer_offset, err)) < 0) goto fail;
-        nruns += f->sections[i]->n_runs;
-    }
-    if (pos != footer_offset) {
-        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sections end at %llu, not at the footer",
-                       ULL(footer_offset), ULL(pos));
-        goto fail;
-    }
-    rc = -ENOMEM;
-    ix->secs = calloc(f->n_sections, sizeof *ix->secs);
-    ix->runs = calloc(nruns, sizeof *ix->runs);
-    if (!ix->secs || !ix->runs) goto fail;
-    ix->nsecs = f->n_sections;
-    wire_kg_run *runs = ix->runs;
-    for (size_t i = 0; i < f->n_sections; i++) {
-        const Dstl__Section *s = f->sections[i];
-        if ((rc = check_runs(s, i, runs, err)) < 0) goto fail;
-        ix->secs[i] = (wire_section_info){
-            .writer_id = s->writer_id, .seq_first = s->seq_first, .seq_end = s->seq_end,
-            .nrec = s->record_count, .data_bytes = s->data_bytes, .kg_first = s->kg_first,
-            .kg_last = s->kg_last, .offset = s->offset, .stored_len = s->stored_len,
-            .raw_len = s->raw_len, .crc = s->crc32c, .compression = (int)s->compression,
-            .runs = runs, .nruns = s->n_runs};
-        runs += s->n_runs;
+    if (!ix) return wire_fail(err, -ENOMEM, "footer parse: out of memory");
+    int rc = 0;
+    if (sealed)
+        rc = open_sealed(footer, len, &b, keys, footer_offset, ix, &ix->pb, err);
+    else if (!(ix->pb = dstl__segment_footer__unpack(NULL, len, footer)))
+        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer does not parse as protobuf",
+                       ULL(footer_offset));
+    if (rc == 0) rc = index_build(ix, footer_offset, err);
+    if (rc < 0) {
+        if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "footer parse: out of memory");
+        wire_index_free(ix);
+        return rc;
     }
     *out = ix;
     return 0;
-fail:
-    if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "footer parse: out of memory");
-    if (ix) wire_index_free(ix);
-    else dstl__segment_footer__free_unpacked(f, NULL);
-    return rc;
+}
+
+int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
+                     uint64_t object_len, wire_index **out, wire_err *err)
+{
+    return wire_index_parse_keyed(footer, len, footer_crc, footer_offset, object_len, NULL, out, err);
 }
 
 void wire_index_free(wire_index *ix)
 {
     if (!ix) return;
     if (ix->pb) dstl__segment_footer__free_unpacked(ix->pb, NULL);
+    seal_free(ix->seal);
     free(ix->secs);
     free(ix->runs);
     free(ix);
 }
 
+const char *wire_index_key_id(const wire_index *ix) { return ix->seal ? seal_key_id(ix->seal) : NULL; }
 const char *wire_index_run_id(const wire_index *ix) { return ix->pb->run_id; }
 uint64_t wire_index_segment_no(const wire_index *ix) { return ix->pb->segment_no; }
 uint64_t wire_index_created_ms(const wire_index *ix) { return ix->pb->created_ms; }
@@ -210,7 +269,7 @@ const wire_section_info *wire_index_section(const wire_index *ix, size_t i)
 }
 
 /* The fixed header: magic, version, flags, segment number, CRC. */
-static int header_parse(const uint8_t *h, uint64_t *segment_no, wire_err *err)
+static int header_parse(const uint8_t *h, uint64_t *segment_no, unsigned *flags, wire_err *err)
 {
     if (memcmp(h, WIRE_SEG_MAGIC, 8) != 0)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset 0: no header magic (not a segment)");
@@ -221,33 +280,44 @@ static int header_parse(const uint8_t *h, uint64_t *segment_no, wire_err *err)
     if (wire_le16(h + 8) != WIRE_VERSION)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset 8: format version %u, this reader knows %u",
                          wire_le16(h + 8), WIRE_VERSION);
-    if (wire_le16(h + 10) != 0 || wire_le32(h + 12) != 0 || wire_le32(h + 24) != 0)
+    if ((wire_le16(h + 10) & ~WIRE_SEG_FLAG_SEALED) || wire_le32(h + 12) != 0 || wire_le32(h + 24) != 0)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset 10: unknown header flags or reserved bytes");
     *segment_no = wire_le64(h + 16);
+    *flags = wire_le16(h + 10);
     return 0;
 }
 
-int wire_segment_open(const void *buf, size_t len, wire_index **out, wire_err *err)
+int wire_segment_open_keyed(const void *buf, size_t len, const wire_keyring *keys, wire_index **out,
+                            wire_err *err)
 {
     if (!buf || !out) return wire_fail(err, -EINVAL, "segment open: NULL argument");
     const uint8_t *b = buf;
     uint64_t foff = 0, segment_no = 0;
     uint32_t flen = 0, fcrc = 0;
+    unsigned flags = 0;
     if (len < WIRE_SEG_HEADER_LEN + WIRE_SEG_TRAILER_LEN)
         return wire_fail(err, DSTL_ECORRUPT, "segment of %zu bytes is shorter than header + trailer", len);
-    int rc = header_parse(b, &segment_no, err);
+    int rc = header_parse(b, &segment_no, &flags, err);
     if (rc == 0) rc = wire_trailer_parse(b, len, len, &foff, &flen, &fcrc, err);
     if (rc < 0) return rc;
+    unsigned tflags = wire_le16(b + len - WIRE_SEG_TRAILER_LEN + 6);
     wire_index *ix;
-    if ((rc = wire_index_parse(b + foff, flen, fcrc, foff, len, &ix, err)) < 0) return rc;
+    if ((rc = wire_index_parse_keyed(b + foff, flen, fcrc, foff, len, keys, &ix, err)) < 0) return rc;
     uint64_t footer_no = ix->pb->segment_no;
-    if (footer_no != segment_no) {
+    unsigned want = ix->seal ? WIRE_SEG_FLAG_SEALED : 0;
+    if (footer_no != segment_no || flags != want || tflags != want) {
         wire_index_free(ix);
-        return wire_fail(err, DSTL_ECORRUPT, "segment offset 16: header segment number %llu, footer %llu",
-                         ULL(segment_no), ULL(footer_no));
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset 16: header segment number %llu flags %u, trailer "
+                         "flags %u, footer segment %llu (%s)", ULL(segment_no), flags, tflags, ULL(footer_no),
+                         want ? "encrypted" : "plain");
     }
     *out = ix;
     return 0;
+}
+
+int wire_segment_open(const void *buf, size_t len, wire_index **out, wire_err *err)
+{
+    return wire_segment_open_keyed(buf, len, NULL, out, err);
 }
 
 /* ---- which bytes a key-group range needs ---- */

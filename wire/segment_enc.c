@@ -209,20 +209,11 @@ static uint32_t copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *bo
     return crc;
 }
 
-static void put_header(uint8_t *h, uint64_t segment_no)
-{
-    memset(h, 0, WIRE_SEG_HEADER_LEN);
-    memcpy(h, WIRE_SEG_MAGIC, 8);
-    wire_put16(h + 8, WIRE_VERSION);
-    wire_put16(h + 10, 0);
-    wire_put64(h + 16, segment_no);
-    wire_put32(h + 28, wire_crc32c(0, h, 28));
-}
-
-static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len, uint32_t footer_crc)
+static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len, uint32_t footer_crc,
+                        uint16_t flags)
 {
     wire_put16(t + 4, WIRE_VERSION);
-    wire_put16(t + 6, 0);
+    wire_put16(t + 6, flags);
     wire_put64(t + 8, footer_offset);
     wire_put32(t + 16, footer_len);
     wire_put32(t + 20, footer_crc);
@@ -238,6 +229,9 @@ typedef struct {
     Dstl__Section **pb_sec_ptrs;
     Dstl__KeyGroupRun *pb_runs;
     Dstl__KeyGroupRun **pb_run_ptrs;
+    wire_kg_run *kruns;        /* sealing: each run's index entry and tag */
+    uint8_t (*sec_tags)[16];   /* sealing: each compressed section's tag */
+    wire_seal *seal;
 } enc_tmp;
 
 static void enc_tmp_free(enc_tmp *t)
@@ -251,12 +245,17 @@ static void enc_tmp_free(enc_tmp *t)
     free(t->pb_sec_ptrs);
     free(t->pb_runs);
     free(t->pb_run_ptrs);
+    free(t->kruns);
+    free(t->sec_tags);
+    seal_free(t->seal);
 }
 
 /* Fills the footer's Section message (and its runs, from *run onward) for section si. */
+/* With sealing, tags come from kr (the section's runs) and sec_tag: the runs' when the section
+ * is stored uncompressed, the section's when compressed, both when sizing. */
 static void footer_section(const wire_section_in *s, const sec_plan *pl, const wire_section_loc *loc,
-                           int comp, Dstl__Section *ps, Dstl__KeyGroupRun **run_ptrs,
-                           Dstl__KeyGroupRun *runs)
+                           int comp, int sizing, Dstl__Section *ps, Dstl__KeyGroupRun **run_ptrs,
+                           Dstl__KeyGroupRun *runs, wire_kg_run *kr, uint8_t *sec_tag)
 {
     dstl__section__init(ps);
     ps->writer_id = (char *)s->writer_id;
@@ -273,6 +272,10 @@ static void footer_section(const wire_section_in *s, const sec_plan *pl, const w
     ps->crc32c = loc->crc;
     ps->n_runs = pl->nruns;
     ps->runs = run_ptrs;
+    if (kr) {
+        ps->encryption = DSTL__ENCRYPTION__ENCRYPTION_AES_256_GCM;
+        if (sizing || comp != WIRE_COMP_NONE) ps->tag = (ProtobufCBinaryData){16, sec_tag};
+    }
     size_t r = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
         const kg_slot *k = &pl->slots[j];
@@ -285,6 +288,7 @@ static void footer_section(const wire_section_in *s, const sec_plan *pl, const w
         pr->len = k->bytes;
         pr->count = k->count;
         pr->crc32c = k->crc;
+        if (kr && (sizing || comp == WIRE_COMP_NONE)) pr->tag = (ProtobufCBinaryData){16, kr[r].tag};
         run_ptrs[r++] = pr;
     }
 }
@@ -313,6 +317,40 @@ static uint64_t emit_section(const wire_seg_opts *o, const wire_section_in *s, s
     return pl->raw_len;
 }
 
+/* Seals section idx in place (its stored bytes at `bytes`): each run when uncompressed, the
+ * whole when compressed; kr receives the runs' index entries and tags. Returns the CRC32C of
+ * the stored (sealed) bytes, the runs' joined without a second pass; 0 or -ENOMEM in *rc. */
+static uint32_t seal_section(wire_seal *sl, const wire_section_in *s, const sec_plan *pl, uint32_t idx,
+                             const wire_section_loc *loc, int comp, uint8_t *bytes, wire_kg_run *kr,
+                             uint8_t sec_tag[16], int *rc)
+{
+    size_t r = 0;
+    for (size_t j = 0; j < pl->nslots; j++) {
+        const kg_slot *k = &pl->slots[j];
+        if (!k->count) continue;
+        int meta = j == pl->nslots - 1;
+        kr[r++] = (wire_kg_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
+                                .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
+                                .crc = k->crc};
+    }
+    wire_section_info si = {.writer_id = s->writer_id, .seq_first = loc->seq_first, .seq_end = loc->seq_end,
+                            .nrec = s->nrec, .data_bytes = loc->data_bytes, .kg_first = loc->kg_first,
+                            .kg_last = loc->kg_last, .offset = loc->offset, .stored_len = loc->stored_len,
+                            .raw_len = pl->raw_len, .compression = comp, .runs = kr, .nruns = pl->nruns,
+                            .index = idx};
+    if (comp != WIRE_COMP_NONE) {
+        *rc = seal_unit(sl, 0, &si, SEAL_WHOLE, bytes, loc->stored_len, bytes, sec_tag);
+        return wire_crc32c(0, bytes, loc->stored_len);
+    }
+    uint32_t crc = 0;
+    *rc = 0;
+    for (size_t i = 0; i < pl->nruns && *rc == 0; i++) {
+        *rc = seal_unit(sl, 0, &si, (uint32_t)i, bytes + kr[i].offset, kr[i].len, bytes + kr[i].offset, kr[i].tag);
+        crc = wire_crc32c_combine(crc, wire_crc32c(0, bytes + kr[i].offset, kr[i].len), kr[i].len);
+    }
+    return crc;
+}
+
 /* Where section i goes and how large it may get: exact when uncompressed, the codec's bound
  * (at least the raw length, for the fallback) when compressing. */
 static uint64_t section_cap(const wire_seg_opts *o, const sec_plan *pl)
@@ -332,17 +370,60 @@ static wire_section_loc section_loc(const wire_section_in *s, const sec_plan *pl
                               .kg_last = pl->ndata ? pl->kg_max : 0};
 }
 
-int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
-                        wire_segment_out *out, wire_err *err)
+/* The option checks; sealing needs a valid key, a data key, and ids the key block and the
+ * associated data can hold. */
+static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, wire_err *err)
 {
-    if (!o || !out || !secs || nsecs == 0 || !o->run_id || !o->alloc != !o->release)
+    if (!o || !secs || nsecs == 0 || !o->run_id || !o->alloc != !o->release)
         return wire_fail(err, -EINVAL, "segment encode: missing options, sections, run id or allocator");
     if (o->compression < WIRE_COMP_NONE || o->compression > WIRE_COMP_ZSTD)
         return wire_fail(err, -EINVAL, "segment encode: unknown compression %d", o->compression);
+    if (!o->seal_key != !o->seal_data_key)
+        return wire_fail(err, -EINVAL, "segment encode: sealing needs both a key and a data key");
+    if (!o->seal_key) return 0;
+    if (!wire_key_id_valid(o->seal_key->id, strlen(o->seal_key->id)) || !o->run_id[0] ||
+        strlen(o->run_id) > SEAL_RUN_ID_MAX)
+        return wire_fail(err, -EINVAL, "segment encode: bad key id or run id for sealing");
+    for (size_t i = 0; i < nsecs; i++)
+        if (secs[i].writer_id && strlen(secs[i].writer_id) > SEAL_WRITER_ID_MAX)
+            return wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
+    return 0;
+}
 
+/* Writes every section from WIRE_SEG_HEADER_LEN on, sealing each when t->seal is set, and
+ * fills their footer entries; returns where the sections end. */
+static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
+                         wire_segment_out *r, uint8_t *scratch, int *rc)
+{
+    uint64_t pos = WIRE_SEG_HEADER_LEN;
+    *rc = 0;
+    for (size_t i = 0, run0 = 0; i < nsecs && *rc == 0; run0 += t->plans[i].nruns, i++) {
+        sec_plan *pl = &t->plans[i];
+        int comp;
+        uint64_t c = section_cap(o, pl);
+        uint32_t crc;
+        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r->buf + pos, c, &comp, &crc);
+        r->secs[i] = section_loc(&secs[i], pl, pos, stored, crc);
+        wire_kg_run *kr = t->seal ? t->kruns + run0 : NULL;
+        if (kr)
+            r->secs[i].crc = seal_section(t->seal, &secs[i], pl, (uint32_t)i, &r->secs[i], comp, r->buf + pos,
+                                          kr, t->sec_tags[i], rc);
+        footer_section(&secs[i], pl, &r->secs[i], comp, 0, &t->pb_secs[i], t->pb_run_ptrs + run0,
+                       t->pb_runs + run0, kr, kr ? t->sec_tags[i] : NULL);
+        pos += stored;
+    }
+    return pos;
+}
+
+int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
+                        wire_segment_out *out, wire_err *err)
+{
+    int rc = out ? check_opts(o, secs, nsecs, err) : wire_fail(err, -EINVAL, "segment encode: NULL output");
+    if (rc < 0) return rc;
+    int sealed = o->seal_key != NULL;
     enc_tmp t = {0};
     wire_segment_out r = {.release = o->release, .release_ctx = o->alloc_ctx};
-    int rc = -ENOMEM;
+    rc = -ENOMEM;
     t.plans = calloc(nsecs, sizeof *t.plans);
     r.secs = calloc(nsecs, sizeof *r.secs);
     if (!t.plans || !r.secs) goto fail;
@@ -370,6 +451,9 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     t.pb_runs = calloc(nruns ? nruns : 1, sizeof *t.pb_runs);
     t.pb_run_ptrs = calloc(nruns ? nruns : 1, sizeof *t.pb_run_ptrs);
     if (!t.pb_secs || !t.pb_sec_ptrs || !t.pb_runs || !t.pb_run_ptrs) goto fail;
+    if (sealed && (!(t.kruns = calloc(nruns ? nruns : 1, sizeof *t.kruns)) ||
+                   !(t.sec_tags = calloc(nsecs, sizeof *t.sec_tags))))
+        goto fail;
     Dstl__SegmentFooter f;
     dstl__segment_footer__init(&f);
     f.format_version = WIRE_VERSION;
@@ -382,12 +466,13 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
         uint64_t c = section_cap(o, &t.plans[i]);
         wire_section_loc loc = section_loc(&secs[i], &t.plans[i], pos, c, UINT32_MAX);
-        footer_section(&secs[i], &t.plans[i], &loc, o->compression, &t.pb_secs[i],
-                       t.pb_run_ptrs + run0, t.pb_runs + run0);
+        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, &t.pb_secs[i], t.pb_run_ptrs + run0,
+                       t.pb_runs + run0, sealed ? t.kruns + run0 : NULL, sealed ? t.sec_tags[i] : NULL);
         t.pb_sec_ptrs[i] = &t.pb_secs[i];
         pos += c;
     }
-    size_t fmax = dstl__segment_footer__get_packed_size(&f);
+    size_t blen = sealed ? seal_block_len(strlen(o->seal_key->id), strlen(o->run_id)) : 0;
+    size_t fmax = dstl__segment_footer__get_packed_size(&f) + blen;
     if (fmax > UINT32_MAX) {
         rc = wire_fail(err, -EINVAL, "segment footer of %zu bytes is too large", fmax);
         goto fail;
@@ -399,26 +484,25 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     if (!r.buf) goto fail;
     r.cap = (size_t)cap;
 
-    put_header(r.buf, o->segment_no);
-    uint8_t *scratch = r.buf + cap - scratch_len;
-    pos = WIRE_SEG_HEADER_LEN;
-    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
-        sec_plan *pl = &t.plans[i];
-        int comp;
-        uint64_t c = section_cap(o, pl);
-        uint32_t crc;
-        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r.buf + pos, c, &comp, &crc);
-        r.secs[i] = section_loc(&secs[i], pl, pos, stored, crc);
-        footer_section(&secs[i], pl, &r.secs[i], comp, &t.pb_secs[i], t.pb_run_ptrs + run0,
-                       t.pb_runs + run0);
-        pos += stored;
-    }
+    uint16_t flags = sealed ? WIRE_SEG_FLAG_SEALED : 0;
+    wire_header_put(r.buf, o->segment_no, flags);
+    uint8_t block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
+    if (sealed && (rc = seal_start(o->seal_key, o->seal_data_key, r.buf, o->segment_no, o->run_id, block,
+                                   &t.seal)) < 0)
+        goto fail;
+    pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc);
+    if (rc < 0) goto fail;
     r.nsecs = nsecs;
-    size_t flen = dstl__segment_footer__pack(&f, r.buf + pos);
+    size_t pblen = dstl__segment_footer__pack(&f, r.buf + pos + blen);
+    if (sealed) {
+        if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;
+        memcpy(r.buf + pos, block, blen);
+    }
+    size_t flen = blen + pblen;
     r.footer_offset = pos;
     r.footer_len = (uint32_t)flen;
     r.footer_crc = wire_crc32c(0, r.buf + pos, flen);
-    put_trailer(r.buf + pos + flen, pos, r.footer_len, r.footer_crc);
+    put_trailer(r.buf + pos + flen, pos, r.footer_len, r.footer_crc, flags);
     r.len = pos + flen + WIRE_SEG_TRAILER_LEN;
     enc_tmp_free(&t);
     *out = r;
@@ -427,6 +511,7 @@ fail:
     enc_tmp_free(&t);
     wire_segment_out_free(&r);
     if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "segment encode: out of memory");
+    else if (rc < 0 && err && !err->msg[0]) wire_fail(err, rc, "segment encode: sealing failed");
     return rc;
 }
 

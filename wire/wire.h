@@ -50,6 +50,25 @@ typedef struct {
     size_t len;           /* whole records only */
 } wire_span;
 
+/* ---- keys for encryption at rest (FORMAT.md, "Encryption") ------------------------------------
+ * A key-encryption key of the key file: its id (1..64 of [A-Za-z0-9._-], NUL-terminated) and
+ * its 256 bits. Whoever holds a wire_key wipes it (OPENSSL_cleanse) when done with it. */
+#define WIRE_KEY_LEN     32u
+#define WIRE_KEY_ID_MAX  64u
+typedef struct {
+    char id[WIRE_KEY_ID_MAX + 1];
+    uint8_t key[WIRE_KEY_LEN];
+} wire_key;
+
+/* The keys a reader may need: looked up by id (an encrypted segment names its key's id). */
+typedef struct {
+    const wire_key *keys;
+    size_t nkeys;
+} wire_keyring;
+
+/* 1 when id[0, len) is a valid key id: 1 to 64 characters of [A-Za-z0-9._-]. */
+int wire_key_id_valid(const char *id, size_t len);
+
 /* ---- segment encoding ---------------------------------------------------------------------- */
 
 enum { WIRE_COMP_NONE = 0, WIRE_COMP_LZ4 = 1, WIRE_COMP_ZSTD = 2 };
@@ -78,6 +97,11 @@ typedef struct {
     void *(*alloc)(void *ctx, size_t len);
     void (*release)(void *ctx, void *p);
     void *alloc_ctx;
+    /* Encryption at rest: NULL = a plain segment. Else every section is sealed with
+     * AES-256-GCM under a data key derived from seal_data_key (WIRE_KEY_LEN fresh random
+     * bytes, never used for another segment), which is stored wrapped with seal_key. */
+    const wire_key *seal_key;
+    const uint8_t *seal_data_key;
 } wire_seg_opts;
 
 /* Where one section landed, for handles. */
@@ -132,7 +156,10 @@ typedef struct {
     uint64_t len;
     uint64_t count;
     uint32_t crc;             /* CRC32C of the run's raw bytes */
+    uint8_t tag[16];          /* its AES-256-GCM tag (sealed, uncompressed sections) */
 } wire_kg_run;
+
+typedef struct wire_seal wire_seal;   /* a sealed segment's data key, owned by its index */
 
 typedef struct {
     const char *writer_id;
@@ -143,13 +170,28 @@ typedef struct {
     int compression;
     const wire_kg_run *runs;  /* sorted: data runs by key group, then the meta run */
     size_t nruns;
+    uint32_t index;           /* its position in the footer (part of what a seal binds) */
+    const wire_seal *seal;    /* NULL: plain; else the index's data key (valid while it lives) */
+    uint8_t tag[16];          /* AES-256-GCM tag of a sealed compressed section's stored bytes */
 } wire_section_info;
 
 /* Parses and validates a footer (CRC, protobuf, every offset inside object_len, runs inside
  * their section, counts plausible). The index is independent of the footer bytes. */
 int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
                      uint64_t object_len, wire_index **out, wire_err *err);
+/* The same for a segment that may be encrypted: its key is looked up by id in keys (NULL =
+ * no key file). DSTL_ECRYPTO naming the key id when keys lack it or the key does not unwrap
+ * the segment's data key, when the key commitment or the footer's tag does not match, and
+ * when the segment is encrypted and keys is NULL. Plain segments parse as without keys. */
+int wire_index_parse_keyed(const void *footer, size_t len, uint32_t footer_crc, uint64_t footer_offset,
+                           uint64_t object_len, const wire_keyring *keys, wire_index **out, wire_err *err);
+/* Frees the index, wiping its data key. */
 void wire_index_free(wire_index *ix);
+/* The key id of an encrypted segment's index, NULL for a plain one. */
+const char *wire_index_key_id(const wire_index *ix);
+/* Without any key: whether footer bytes are an encrypted segment's (1, and its key id into
+ * id), a plain one's (0), or too short to tell (DSTL_ECORRUPT). */
+int wire_footer_key_id(const void *footer, size_t len, char id[WIRE_KEY_ID_MAX + 1]);
 const char *wire_index_run_id(const wire_index *ix);
 uint64_t wire_index_segment_no(const wire_index *ix);
 uint64_t wire_index_created_ms(const wire_index *ix);
@@ -159,6 +201,8 @@ const wire_section_info *wire_index_section(const wire_index *ix, size_t i);
 /* Opens a whole segment held in memory: header, trailer, footer (not the sections' bytes:
  * those are checked by wire_iter_open). The index does not point into buf. */
 int wire_segment_open(const void *buf, size_t len, wire_index **out, wire_err *err);
+int wire_segment_open_keyed(const void *buf, size_t len, const wire_keyring *keys, wire_index **out,
+                            wire_err *err);
 
 /* ---- record iteration ----------------------------------------------------------------------
  * Iterates one section's records with seq in [seq_from, seq_to), keeping data records whose
@@ -166,7 +210,10 @@ int wire_segment_open(const void *buf, size_t len, wire_index **out, wire_err *e
  * key-group runs). `bytes` holds the section's stored bytes [base, base + len) relative to
  * the section start: the whole section (base 0, len stored_len) always works; for an
  * uncompressed, unencrypted section it may instead cover just the runs the range needs.
- * Every byte is CRC-checked before a record from it is returned.
+ * Every byte is CRC-checked before a record from it is returned. A sealed section (sec->seal
+ * set) is authenticated and decrypted at open: each needed run's tag (uncompressed) or the
+ * section's (compressed) is checked before its bytes are parsed; a failed tag is DSTL_ECRYPTO
+ * naming the section and offset, and no plaintext of it is kept.
  *
  * wire_iter_open checks the CRCs (and decompresses) up front; a malformed record is reported
  * by open or by a later next, as DSTL_ECORRUPT with the offset, after which next returns 0.
@@ -190,7 +237,8 @@ int wire_iter_next(wire_iter *it, wire_record *rec, wire_err *err); /* 1 record,
 void wire_iter_free(wire_iter *it);
 
 /* The byte range [*off, *off + *len) of the stored section that an iterator over
- * [kg_first, kg_last] needs (the whole section when compressed or encrypted). */
+ * [kg_first, kg_last] needs (the whole section when compressed; an encrypted uncompressed
+ * section is sealed run by run, so its runs can be fetched alone). */
 void wire_section_range(const wire_section_info *sec, uint32_t kg_first, uint32_t kg_last,
                         uint64_t *off, uint64_t *len);
 

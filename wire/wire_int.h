@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "wire/seal.h"
 #include "wire/wire.h"
 
 /* ---- constants of FORMAT.md ---- */
@@ -109,5 +110,62 @@ int wire_codec_decompress(int compression, const void *src, size_t n, void *dst,
                           wire_err *err);
 /* Whether a reader accepts raw_len bytes decoded from stored_len compressed bytes. */
 int wire_codec_ratio_ok(int compression, uint64_t stored_len, uint64_t raw_len);
+
+/* ---- encryption at rest (wire/segment_seal.c, FORMAT.md "Encryption") ---- */
+
+#define WIRE_SEG_FLAG_SEALED    1u            /* header and trailer flag: an encrypted segment */
+#define SEAL_MAGIC              "DSTK"        /* the footer's key block, bytes 0..3 */
+#define SEAL_SCHEME             1u            /* AES-256 key wrap, HKDF-SHA256, AES-256-GCM */
+#define SEAL_HKDF_SALT          "DSTL segment data key v1"
+/* The key block without its two ids: magic, scheme, id lengths, segment number (16), the
+ * wrapped data key (40), the commitment (32), the footer's tag (16). */
+#define SEAL_FIXED_LEN          (16u + WIRE_KW_LEN + 32u + WIRE_GCM_TAG_LEN)
+#define SEAL_RUN_ID_MAX         255u
+#define SEAL_WRITER_ID_MAX      255u
+#define SEAL_WHOLE              UINT32_MAX    /* unit: a compressed section, sealed whole */
+#define SEAL_AAD_MAX            (WIRE_SEG_HEADER_LEN + 128u + SEAL_WRITER_ID_MAX)
+enum { SEAL_KIND_RUN = 1, SEAL_KIND_SECTION = 2, SEAL_KIND_FOOTER = 3 };
+
+/* The clear key block at the start of an encrypted footer. */
+typedef struct {
+    unsigned scheme;
+    size_t key_id_len, run_id_len, len;     /* len: the whole block, through the footer tag */
+    uint64_t segment_no;
+    char key_id[WIRE_KEY_ID_MAX + 1];
+    char run_id[SEAL_RUN_ID_MAX + 1];
+} seal_block;
+
+/* The fixed header for a segment number and flags (FORMAT.md, "Header"): the writer's, and
+ * the reader's rebuilt one that an encrypted segment's seals bind. */
+static inline void wire_header_put(uint8_t *h, uint64_t segment_no, uint16_t flags)
+{
+    memset(h, 0, WIRE_SEG_HEADER_LEN);
+    memcpy(h, WIRE_SEG_MAGIC, 8);
+    wire_put16(h + 8, WIRE_VERSION);
+    wire_put16(h + 10, flags);
+    wire_put64(h + 16, segment_no);
+    wire_put32(h + 28, wire_crc32c(0, h, 28));
+}
+
+size_t seal_block_len(size_t key_id_len, size_t run_id_len);
+/* Writer: fills block (seal_block_len bytes; the footer tag is written by seal_footer) with
+ * the key id, run id, DK wrapped by kek and the commitment, and derives E into *out. */
+int seal_start(const wire_key *kek, const uint8_t dk[WIRE_KEY_LEN], const uint8_t *header,
+               uint64_t segment_no, const char *run_id, uint8_t *block, wire_seal **out);
+/* Reader: 1 when f starts with a key block (parsed into *b), 0 when it does not (a plain
+ * footer), DSTL_ECORRUPT when the block is malformed. */
+int seal_block_parse(const uint8_t *f, size_t len, seal_block *b);
+/* Reader: finds b's key in keys, unwraps DK, checks the commitment, derives E. `at` is the
+ * footer's offset, for details. */
+int seal_resume(const uint8_t *block, const seal_block *b, const wire_keyring *keys, wire_seal **out,
+                wire_err *err, uint64_t at);
+/* Seals (open = 0) or opens (open = 1) one unit: run r of sec, or the whole section
+ * (r = SEAL_WHOLE). in == out is allowed. Opening returns DSTL_ECRYPTO on a failed tag. */
+int seal_unit(wire_seal *s, int open, const wire_section_info *sec, uint32_t r, const uint8_t *in,
+              size_t n, uint8_t *out, uint8_t tag[16]);
+/* Seals or opens the footer protobuf pb[0, n) in place; the tag is block's last 16 bytes. */
+int seal_footer(wire_seal *s, int open, uint8_t *block, size_t block_len, uint8_t *pb, size_t n);
+const char *seal_key_id(const wire_seal *s);
+void seal_free(wire_seal *s);
 
 #endif
