@@ -129,6 +129,10 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.cache_hits = atomic_load_explicit(&rd->cache_hits, memory_order_relaxed);
     st.cache_misses = atomic_load_explicit(&rd->cache_misses, memory_order_relaxed);
     st.local_read_fallbacks = atomic_load_explicit(&rd->local_fallbacks, memory_order_relaxed);
+    pthread_mutex_lock(&s->keys.mu);
+    st.key_reloads = s->keys.reloads;
+    st.key_reload_failures = s->keys.reload_failures;
+    pthread_mutex_unlock(&s->keys.mu);
     *out = st;
     return 0;
 }
@@ -172,6 +176,9 @@ static int metrics_format(dstl_storage *s, char **text)
     counter(&b, "dstl_cache_misses_total", "Reader cache misses.", st.cache_misses);
     counter(&b, "dstl_local_read_fallbacks_total", "Segments read from the object store because their local copy "
             "was unusable.", st.local_read_fallbacks);
+    counter(&b, "dstl_key_reloads_total", "Changed key files re-read and taken.", st.key_reloads);
+    counter(&b, "dstl_key_reload_failures_total", "Key file re-reads that failed (previous keys kept).",
+            st.key_reload_failures);
     gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
     gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
     histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,

@@ -58,11 +58,7 @@ int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_s
                       (unsigned long long)s->conf.lease_refresh_ms);
         goto fail;
     }
-    if (*s->conf.encryption_key_file) {
-        rc = err_fail(-ENOTSUP, "dstl.encryption.key-file: encryption at rest is not available in this "
-                                "build yet (the format reserves it)");
-        goto fail;
-    }
+    if ((rc = key_source_open(&s->keys, s->conf.encryption_key_file)) < 0) goto fail;
     if (!(s->local_dir = strdup(s->conf.local_dir))) {
         rc = err_fail(-ENOMEM, "dstl_storage_open: out of memory");
         goto fail;
@@ -106,6 +102,7 @@ fail_sync:
     pthread_cond_destroy(&s->range_cv);
     reg_destroy(&s->locked.reg);
 fail:
+    key_source_close(&s->keys);
     free(s->local_dir);
     dstl_config_free(s->cfg);
     free(s);
@@ -160,10 +157,17 @@ int dstl_storage_close(dstl_storage *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->room_cv);
     pthread_cond_destroy(&s->range_cv);
+    key_source_close(&s->keys);
     free(s->local_dir);
     dstl_config_free(s->cfg);
     free(s);
     return 0;
+}
+
+int dstl_storage_reload_keys(dstl_storage *s)
+{
+    if (!s) return err_fail(-EINVAL, "dstl_storage_reload_keys: NULL argument");
+    return key_source_reload(&s->keys);
 }
 
 int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)

@@ -25,6 +25,7 @@
 #include "dstl.h"
 #include "dstl/config.h"
 #include "dstl/future.h"
+#include "dstl/keys.h"
 #include "dstl/metrics.h"
 #include "dstl/pipeline.h"
 #include "dstl/registry.h"
@@ -47,6 +48,7 @@ struct dstl_storage {
     int wake_fd;                /* eventfd: the pipeline has work */
     future_ctx fctx;            /* what futures see of the storage */
     storage_seams seams;        /* test seams (seams.h); all zero in production */
+    key_source keys;            /* dstl.encryption.key-file (keys.h; own mutex); inert when unset */
 
     pthread_mutex_t mu;
     pthread_cond_t room_cv;     /* in-flight bytes went down, or the storage is closing */

@@ -21,6 +21,7 @@
 
 #include "dstl.h"
 #include "dstl/config.h"
+#include "dstl/keys.h"
 #include "dstl/local/segstore.h"
 #include "dstl/remote/remote.h"
 #include "dstl/seams.h"

@@ -101,8 +101,22 @@ void dstl_config_free(dstl_config *c);
 
 /* Returns 0, DSTL_ECONFIG, -ENOTSUP (a feature the configuration asks for that this build
  * lacks: detail names the key), or the -errno of creating dstl.local.dir / the I/O engine.
+ * With dstl.encryption.key-file: DSTL_ECONFIG when the key file cannot be read or parsed
+ * (detail FILE:LINE and what is wrong, never the line's text), DSTL_ECRYPTO when group or
+ * others may access it (detail names the file and its mode).
  * Blocking: yes (mkdir, fsync, thread start). */
 int dstl_storage_open(const dstl_config *c, dstl_storage **out);
+
+/* Encryption at rest (dstl.encryption.key-file; wire/FORMAT.md "Encryption"). Every segment
+ * is sealed with AES-256-GCM under its own data key, wrapped with the key file's LAST key
+ * (the active one); the other keys only open older segments. Rotation needs no restart: the
+ * storage re-reads the file when it changed (device, inode, size or times), before each
+ * segment it writes and at each dstl_reader_open; write the new file beside the old and
+ * rename it into place. A changed file that does not load leaves the previous keys in use
+ * (counted in dstl_stats.key_reload_failures). dstl_storage_reload_keys re-reads it now and
+ * returns what the load returned: 0, DSTL_ECONFIG (FILE:LINE), DSTL_ECRYPTO (mode), or
+ * DSTL_ECONFIG when no key file is configured. Thread-safe; blocking (reads the file). */
+int dstl_storage_reload_keys(dstl_storage *s);
 
 /* Waits for in-flight work (each batch within the future bound below; then the cleanups of
  * cancelled uploads for at most one more bound), frees. Writers must be closed
@@ -223,11 +237,14 @@ typedef struct {
  * there; with a remote (the handle names one), a missing, unreadable or damaged local copy is
  * read from the object instead — also mid-piece, without repeating or skipping a record — and
  * counted in dstl_stats.local_read_fallbacks. DSTL_ECORRUPT then means no copy is intact (the
- * detail names both). */
+ * detail names both). Encrypted segments are opened with the storage's key file (its keys at
+ * reader open): DSTL_ECRYPTO when the key file lacks the segment's key id or none is
+ * configured (detail: key id and segment), or a tag fails (detail: segment, section, offset);
+ * no byte of a section is returned before its tag is checked. */
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
                      uint32_t key_group_first, uint32_t key_group_last, dstl_reader **out);
-/* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), -ENOENT (a
- * segment is gone). Errors are sticky. */
+/* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), DSTL_ECRYPTO
+ * (above), -ENOENT (a segment is gone). Errors are sticky. */
 int dstl_reader_next(dstl_reader *r, dstl_record *rec);
 void dstl_reader_close(dstl_reader *r);
 
@@ -269,6 +286,8 @@ typedef struct {
     uint64_t cache_hits, cache_misses;                 /* reader cache, in sections */
     uint64_t local_read_fallbacks;  /* segments a reader read from S3 because their local copy
                                      * was unusable (bad CRC, wrong length, unreadable) */
+    uint64_t key_reloads;           /* times a changed key file was re-read and taken */
+    uint64_t key_reload_failures;   /* re-reads that failed (the previous keys stayed in use) */
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

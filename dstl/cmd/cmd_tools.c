@@ -131,12 +131,50 @@ int cmd_cat(const cmd_globals *g, int argc, char **argv)
 
 /* ---- ls / verify ---- */
 
+#define SCAN_KEY_IDS 64
+
 typedef struct {
     const char *dir;
     int verify;
     int64_t now_ms;
     uint64_t files, bad, empty, records, bytes;
+    const wire_keyring *keys;           /* the configured key file's, or NULL */
+    uint64_t need_key;                  /* encrypted segments whose key the file lacks */
+    struct { char id[WIRE_KEY_ID_MAX + 1]; uint64_t segments; int missing; } ids[SCAN_KEY_IDS];
+    size_t nids;
 } scan_ctx;
+
+/* The key id of an encrypted segment in memory (from its clear key block), "" when plain or
+ * unreadable. */
+static void segment_key_id(const uint8_t *buf, uint64_t size, char id[WIRE_KEY_ID_MAX + 1])
+{
+    uint64_t foff;
+    uint32_t flen, fcrc;
+    id[0] = 0;
+    if (wire_trailer_parse(buf, size, size, &foff, &flen, &fcrc, NULL) == 0 &&
+        wire_footer_key_id(buf + foff, flen, id) != 1)
+        id[0] = 0;
+}
+
+/* Counts a segment under its key id; missing: the key file lacks it. */
+static void count_key(scan_ctx *c, const char *id, int missing)
+{
+    size_t i = 0;
+    while (i < c->nids && strcmp(c->ids[i].id, id) != 0) i++;
+    if (i == c->nids) {
+        if (c->nids == SCAN_KEY_IDS) return;
+        snprintf(c->ids[c->nids++].id, sizeof c->ids[0].id, "%s", id);
+    }
+    c->ids[i].segments++;
+    c->ids[i].missing |= missing;
+}
+
+static int key_listed(const wire_keyring *k, const char *id)
+{
+    for (size_t i = 0; k && i < k->nkeys; i++)
+        if (!strcmp(k->keys[i].id, id)) return 1;
+    return 0;
+}
 
 static void *read_whole(const char *dir, const char *name, uint64_t size)
 {
@@ -187,10 +225,18 @@ static int scan_one(void *arg, const char *name, uint64_t size, int64_t mtime_ms
     }
     wire_index *ix = NULL;
     wire_err e = {{0}};
-    int rc = wire_segment_open(buf, size, &ix, &e);
+    char kid[WIRE_KEY_ID_MAX + 1];
+    segment_key_id(buf, size, kid);
+    int rc = wire_segment_open_keyed(buf, size, c->keys, &ix, &e);
     long recs = 0;
     if (rc == 0 && c->verify) recs = check_all(ix, buf, &e);
-    if (rc < 0 || recs < 0) {
+    if (*kid) count_key(c, kid, rc == DSTL_ECRYPTO && !key_listed(c->keys, kid));
+    if (rc == DSTL_ECRYPTO && *kid && !key_listed(c->keys, kid)) {
+        /* not damage: a key the operator must keep (or a key file to configure) */
+        c->need_key++;
+        printf("%s  %" PRIu64 " B  NEEDS KEY '%s': %s\n", name, size, kid,
+               c->keys ? "the key file does not list it" : "no dstl.encryption.key-file is configured");
+    } else if (rc < 0 || recs < 0) {
         c->bad++;
         printf("%s  %" PRIu64 " B  CORRUPT: %s\n", name, size, e.msg);
     } else {
@@ -198,9 +244,11 @@ static int scan_one(void *arg, const char *name, uint64_t size, int64_t mtime_ms
         size_t ns = wire_index_nsections(ix);
         if (c->verify) {
             c->records += (uint64_t)recs;
-            printf("%s  %" PRIu64 " B  ok: %zu sections, %ld records\n", name, size, ns, recs);
+            printf("%s  %" PRIu64 " B  ok: %zu sections, %ld records%s%s%s\n", name, size, ns, recs,
+                   *kid ? ", key '" : "", kid, *kid ? "'" : "");
         } else {
-            printf("%s  %" PRIu64 " B  age %.1f s  %zu sections\n", name, size, (double)(c->now_ms - mtime_ms) / 1000.0, ns);
+            printf("%s  %" PRIu64 " B  age %.1f s  %zu sections  key %s\n", name, size,
+                   (double)(c->now_ms - mtime_ms) / 1000.0, ns, *kid ? kid : "- (plain)");
             for (size_t i = 0; i < ns; i++) {
                 const wire_section_info *sec = wire_index_section(ix, i);
                 printf("    %-24s seqs [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " records  key groups %u-%u  %" PRIu64 " B\n",
@@ -214,37 +262,85 @@ static int scan_one(void *arg, const char *name, uint64_t size, int64_t mtime_ms
     return 0;
 }
 
-static int scan_dir(int argc, char **argv, int verify)
+/* The key file of the configuration (dstl.encryption.key-file, also from --config, --set and
+ * DSTL_ENCRYPTION_KEY_FILE): 0 with *out NULL when none is set, 1 on an error (printed). */
+static int load_keys(const cmd_globals *g, const char *cmd, keyring **out)
+{
+    *out = NULL;
+    dstl_config *c = cmd_config(g, NULL);
+    if (!c) return 1;
+    const char *kf = dstl_config_get(c, "dstl.encryption.key-file");
+    int rc = kf && *kf ? keyring_load(kf, out) : 0;
+    dstl_config_free(c);
+    if (rc < 0) {
+        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+static int cmp_key_id(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+/* The keys the segments need, sorted: each id, its segment count, and whether the file lacks it. */
+static void print_keys(scan_ctx *c)
+{
+    if (!c->nids) return;
+    qsort(c->ids, c->nids, sizeof c->ids[0], cmp_key_id);   /* the id is the entry's first field */
+    printf("keys:");
+    for (size_t i = 0; i < c->nids; i++)
+        printf(" %s (%" PRIu64 " segment%s%s)", c->ids[i].id, c->ids[i].segments, c->ids[i].segments == 1 ? "" : "s",
+               c->ids[i].missing ? ", NOT IN THE KEY FILE" : "");
+    printf("\n");
+    if (c->need_key)
+        printf("%" PRIu64 " segment(s) need a key the key file lacks: keep that key until they are deleted\n",
+               c->need_key);
+    else if (c->verify && c->keys)
+        printf("every encrypted segment opens with the key file; a key it lists that no segment names above can be "
+               "retired (after every other dir and prefix using it is checked too)\n");
+}
+
+static int scan_dir(const cmd_globals *g, int argc, char **argv, int verify)
 {
     const char *cmd = verify ? "verify" : "ls";
     if (argc != 2) {
         fprintf(stderr, "usage: dstl %s DIR\n", cmd);
         return 2;
     }
+    keyring *k;
+    if (load_keys(g, cmd, &k)) return 1;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    scan_ctx c = {.dir = argv[1], .verify = verify, .now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000};
-    int rc = segstore_list(argv[1], scan_one, &c);
-    if (rc < 0) {
-        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+    scan_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        keyring_unref(k);
+        fprintf(stderr, "dstl %s: out of memory\n", cmd);
         return 1;
     }
-    printf("%" PRIu64 " segment files, %" PRIu64 " B", c.files, c.bytes);
-    if (verify) printf(", %" PRIu64 " records checked", c.records);
-    printf(", %" PRIu64 " empty, %" PRIu64 " corrupt\n", c.empty, c.bad);
-    return verify && c.bad ? 1 : 0;
+    *c = (scan_ctx){.dir = argv[1], .verify = verify, .now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                    .keys = k ? keyring_wire(k) : NULL};
+    int rc = segstore_list(argv[1], scan_one, c);
+    if (rc < 0) {
+        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+    } else {
+        printf("%" PRIu64 " segment files, %" PRIu64 " B", c->files, c->bytes);
+        if (verify) printf(", %" PRIu64 " records checked", c->records);
+        printf(", %" PRIu64 " empty, %" PRIu64 " corrupt\n", c->empty, c->bad);
+        print_keys(c);
+        rc = verify && (c->bad || c->need_key);
+    }
+    keyring_unref(k);
+    free(c);
+    return rc < 0 ? 1 : rc;
 }
 
 int cmd_ls(const cmd_globals *g, int argc, char **argv)
 {
-    (void)g;
-    return scan_dir(argc, argv, 0);
+    return scan_dir(g, argc, argv, 0);
 }
 
 int cmd_verify(const cmd_globals *g, int argc, char **argv)
 {
-    (void)g;
-    return scan_dir(argc, argv, 1);
+    return scan_dir(g, argc, argv, 1);
 }
 
 /* ---- gc ---- */

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
 #include "dstl/clock.h"
 #include "dstl/err.h"
 #include "dstl/future.h"
@@ -337,6 +340,34 @@ void batch_upload_start(pipeline_loop *loop, batch *b)
 
 /* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
  * for in-flight room (seg_alloc), leaves it open to try again on a later turn. */
+/* Encodes the batch's sections into b->out. Encryption: the key file's active key now (a
+ * rotated file is re-read here), and a fresh data key for this segment only — a retry or a
+ * deferred flush encodes anew, so no data key ever seals two segments. */
+static int encode_segment(dstl_storage *s, batch *b, const wire_section_in *in, wire_err *e)
+{
+    wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
+                       .compression = s->conf.compression, .alloc = seg_alloc, .release = seg_release,
+                       .alloc_ctx = b};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    keyring *kr = key_source_get(&s->keys);
+    uint8_t dk[WIRE_KEY_LEN];
+    int rc = 0;
+    if (kr) {
+        o.seal_key = keyring_active(kr);
+        o.seal_data_key = dk;
+        if (RAND_bytes(dk, sizeof dk) != 1) {
+            rc = -EIO;
+            snprintf(e->msg, sizeof e->msg, "no random bytes for a data key (OpenSSL RAND_bytes failed)");
+        }
+    }
+    if (rc == 0) rc = wire_segment_encode(&o, in, b->n, &b->out, e);
+    OPENSSL_cleanse(dk, sizeof dk);
+    keyring_unref(kr);
+    return rc;
+}
+
 void batch_flush(pipeline_loop *loop)
 {
     dstl_storage *s = loop->s;
@@ -363,14 +394,8 @@ void batch_flush(pipeline_loop *loop)
         in[i] = (wire_section_in){x->w->id, x->r->seq_first, x->r->seq_end - x->r->seq_first,
                                   x->r->spans, x->r->nspans};
     }
-    wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
-                       .compression = s->conf.compression, .alloc = seg_alloc, .release = seg_release,
-                       .alloc_ctx = b};
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     wire_err e = {{0}};
-    int rc = wire_segment_encode(&o, in, b->n, &b->out, &e);
+    int rc = encode_segment(s, b, in, &e);
     free(in);
     if (rc < 0 && b->deferred) {
         loop->open = b;                 /* waits for room; more ranges may join it meanwhile */

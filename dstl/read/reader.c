@@ -137,6 +137,7 @@ struct dstl_reader {
     s3_client *cli;                 /* taken on the first remote piece */
     s3_stats counted;               /* cli's counters already added to the storage's */
     read_cache *cache;
+    keyring *keys;                  /* the key file's keys at open (NULL: none configured) */
     unsigned since_drive;
     int err;                        /* sticky */
     char errmsg[1024];              /* room for both copies' details */
@@ -372,7 +373,8 @@ static void footer_done(job *j)
                      (unsigned long long)g->footer_offset, g->footer_len, g->footer_crc);
         return;
     }
-    if ((rc = wire_index_parse(footer, flen, fcrc, foff, g->object_len, &j->ix, &e)) < 0) {
+    if ((rc = wire_index_parse_keyed(footer, flen, fcrc, foff, g->object_len,
+                                     j->r->keys ? keyring_wire(j->r->keys) : NULL, &j->ix, &e)) < 0) {
         if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
         return;
     }
@@ -627,6 +629,7 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
     r->kg_first = key_group_first;
     r->kg_last = key_group_last;
     if (*r->wh->remote_uri) r->cache = cache_get(s);
+    r->keys = key_source_get(&s->keys);   /* a rotated key file is re-read here */
     *out = r;
     return 0;
 }
@@ -694,6 +697,7 @@ void dstl_reader_close(dstl_reader *r)
     cache_client_give(r->s, r->cli);
     for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
     wire_handle_free(r->wh);
+    keyring_unref(r->keys);
     free(r->src);
     free(r);
 }

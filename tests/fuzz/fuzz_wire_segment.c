@@ -5,7 +5,9 @@
  * with its CRCs recomputed (header, footer, trailer, and each section's and run's CRC handed to
  * the iterator), so that mutations reach the footer validation and the record parser behind
  * the checksums. Either way the decoder may refuse, but must never crash, over-read, loop or
- * allocate beyond the input's size (ASan/UBSan watch).
+ * allocate beyond the input's size (ASan/UBSan watch). Segments are opened with a keyring
+ * holding the key of the encrypted seeds (tests/test_wire_seal.c: key-A.2026 = 00..1f), so
+ * sealed inputs reach the key block, the unwrap, the commitment and each unit's tag.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -55,9 +57,12 @@ static void iterate(const uint8_t *seg, const wire_section_info *si, int fix_crc
 
 static void read_segment(const uint8_t *b, size_t n, int fix_crcs)
 {
+    static wire_key key = {.id = "key-A.2026"};
+    for (int i = 0; i < 32; i++) key.key[i] = (uint8_t)i;
+    wire_keyring ring = {&key, 1};
     wire_index *ix;
     wire_err err;
-    if (wire_segment_open(b, n, &ix, &err) != 0) return;
+    if (wire_segment_open_keyed(b, n, &ring, &ix, &err) != 0) return;
     for (size_t i = 0; i < wire_index_nsections(ix); i++) iterate(b, wire_index_section(ix, i), fix_crcs);
     wire_index_free(ix);
 }
