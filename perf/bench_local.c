@@ -8,6 +8,9 @@
  *                                          pause (latency at light load)
  *   bench_local commits DIR N SECONDS      N threads each: append one 100-byte record, persist,
  *                                          wait (durable commits, persist-delay 0)
+ *   bench_local load-enc DIR N SECONDS     the load mode plain and with encryption at rest
+ *                                          (a key file in DIR), alternating in four quarters:
+ *                                          local.load.wN.enc_mb_s, local.enc_vs_plain
  *
  * Each mode runs in its own process (perf/run.sh), so peak RSS and CPU time are per mode.
  * Every loop is bounded by SECONDS. Numbers only: nothing here asserts.
@@ -18,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,10 +64,13 @@ static void die(const char *what)
     exit(1);
 }
 
+static const char *key_file;   /* load-enc: the key file of the encrypted phases, else NULL */
+
 static dstl_storage *open_storage(const char *dir, const char *delay, const char *preempt)
 {
     dstl_config *c;
     if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+        (key_file && dstl_config_set(c, "dstl.encryption.key-file", key_file) < 0) ||
         dstl_config_set(c, "dstl.durability", "local") < 0 ||
         (delay && dstl_config_set(c, "dstl.batch.persist-delay", delay) < 0) ||
         (preempt && dstl_config_set(c, "dstl.preemptive-persist-threshold", preempt) < 0))
@@ -170,6 +178,9 @@ static void *load_thread(void *arg)
     return NULL;
 }
 
+static double load_bytes, load_secs;   /* of the last bench_load */
+static int load_quiet;
+
 static int bench_load(const char *dir, int nwriters, double seconds, int light)
 {
     dstl_storage *s = open_storage(dir, NULL, NULL);
@@ -207,6 +218,9 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     dstl_stats st;
     dstl_storage_stats(s, &st);
     const char *pre = light ? "light" : "load";
+    load_bytes = (double)bytes;
+    load_secs = el;
+    if (load_quiet) goto done;
     printf("local.%s.w%d.mb_s %.1f MB/s\n", pre, nwriters, (double)bytes / el / 1e6);
     printf("local.%s.w%d.persist_p50_us %" PRIu64 " us\n", pre, nwriters, st.persist_p50_us);
     printf("local.%s.w%d.persist_p99_us %" PRIu64 " us\n", pre, nwriters, st.persist_p99_us);
@@ -214,6 +228,7 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     printf("local.%s.w%d.segments_s %.0f segments/s\n", pre, nwriters, (double)st.segments_written / el);
     printf("local.%s.w%d.cpu_us_per_mb %.1f us/MB\n", pre, nwriters, cpu * 1e6 / ((double)bytes / 1e6));
     printf("local.%s.w%d.rss_peak_mb %.1f MB\n", pre, nwriters, rss_mb());
+done:
     for (int t = 0; t < nthreads; t++) {
         for (int i = 0; i < jobs[t].nw; i++) dstl_writer_close(jobs[t].w[i]);
         free(jobs[t].w);
@@ -297,8 +312,38 @@ static int bench_commits(const char *dir, int n, double seconds)
     return 0;
 }
 
+/* Plain and encrypted load, alternating in quarters of `seconds` (a noisy machine slows both
+ * alike), each phase on a fresh sub-dir of dir. */
+static int bench_load_enc(const char *dir, int nwriters, double seconds)
+{
+    char kf[4096], sub[4200];
+    snprintf(kf, sizeof kf, "%s/keys", dir);
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) die("mkdir");
+    FILE *f = fopen(kf, "w");
+    if (!f) die("key file");
+    fprintf(f, "bench: 5f4dcc3b5aa765d61d8327deb882cf992b95990a9151374abd8ff8c5a7a0fe08\n");
+    fclose(f);
+    chmod(kf, 0600);
+    double bytes[2] = {0}, secs[2] = {0};
+    load_quiet = 1;
+    for (int q = 0; q < 4; q++) {
+        int enc = q % 2;
+        key_file = enc ? kf : NULL;
+        snprintf(sub, sizeof sub, "%s/q%d", dir, q);
+        bench_load(sub, nwriters, seconds / 4, 0);
+        bytes[enc] += load_bytes;
+        secs[enc] += load_secs;
+    }
+    double plain = bytes[0] / secs[0] / 1e6, enc = bytes[1] / secs[1] / 1e6;
+    printf("local.load.w%d.plain_mb_s %.1f MB/s\n", nwriters, plain);
+    printf("local.load.w%d.enc_mb_s %.1f MB/s\n", nwriters, enc);
+    printf("local.enc_vs_plain %.3f x\n", plain > 0 ? enc / plain : 0);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && !strcmp(argv[1], "load-enc")) return bench_load_enc(argv[2], atoi(argv[3]), atof(argv[4]));
     if (argc == 3 && !strcmp(argv[1], "append")) return bench_append(argv[2]);
     if (argc == 5 && !strcmp(argv[1], "load")) return bench_load(argv[2], atoi(argv[3]), atof(argv[4]), 0);
     if (argc == 5 && !strcmp(argv[1], "light")) return bench_load(argv[2], atoi(argv[3]), atof(argv[4]), 1);

@@ -8,7 +8,9 @@
  *   memcpy_mb_s       copying the 8 x 1 MiB pending buffers into one 8 MiB buffer
  *   wire.encode_mb_s  wire_segment_encode (counting sort, framing, CRC32C per run and section)
  *   wire.decode_mb_s  wire_segment_open + iterating every record of every section (CRC-checked)
- * plus the lz4/zstd encode rates and the segment bytes per 100-byte record. memcpy, encode and
+ * plus the lz4/zstd encode rates, the segment bytes per 100-byte record, and the same encode
+ * and decode with encryption at rest (wire.encode_aes_mb_s, wire.decode_aes_mb_s; sealed run
+ * by run with AES-256-GCM) against plain encoding measured in the same alternation. memcpy, encode and
  * decode run in alternating blocks so that a noisy machine slows them alike. The encoder builds
  * into a reused buffer (its allocator hook), as a pipeline's buffer pool would. Prints
  * `name value unit` lines; runs about 3 seconds.
@@ -149,10 +151,21 @@ static void pool_release(void *ctx, void *p)
     (void)p;
 }
 
+static wire_key bench_key = {.id = "bench-key"};
+static wire_keyring bench_ring = {&bench_key, 1};
+static int sealed_enc = -1;   /* round_encode's ctx for the encrypted encode */
+
+/* ctx: the compression (an int), or &sealed_enc for an uncompressed, encrypted segment with a
+ * fresh data key each round, as the pipeline makes them. */
 static int round_encode(workload *w, void *ctx)
 {
+    int sealed = ctx == &sealed_enc;
+    uint8_t dk[WIRE_KEY_LEN];
+    for (size_t i = 0; sealed && i < sizeof dk; i++) dk[i] = (uint8_t)next_rand();
     wire_seg_opts o = {.run_id = "bench", .segment_no = 1, .created_ms = 1,
-                       .compression = *(int *)ctx, .alloc = pool_alloc, .release = pool_release};
+                       .compression = sealed ? WIRE_COMP_NONE : *(int *)ctx, .alloc = pool_alloc,
+                       .release = pool_release, .seal_key = sealed ? &bench_key : NULL,
+                       .seal_data_key = sealed ? dk : NULL};
     wire_segment_out out;
     wire_err err;
     int rc = wire_segment_encode(&o, w->in, NSEC, &out, &err);
@@ -170,7 +183,7 @@ static int round_decode(workload *w, void *ctx)
     const wire_segment_out *seg = ctx;
     wire_index *ix;
     wire_err err;
-    int rc = wire_segment_open(seg->buf, seg->len, &ix, &err);
+    int rc = wire_segment_open_keyed(seg->buf, seg->len, &bench_ring, &ix, &err);
     size_t bytes = 0;
     for (size_t s = 0; rc == 0 && s < wire_index_nsections(ix); s++) {
         const wire_section_info *si = wire_index_section(ix, s);
@@ -206,15 +219,27 @@ int main(int argc, char **argv)
         fprintf(stderr, "encode: %s\n", err.msg);
         return 1;
     }
+    for (size_t i = 0; i < WIRE_KEY_LEN; i++) bench_key.key[i] = (uint8_t)(i * 7 + 1);
+    uint8_t dk[WIRE_KEY_LEN] = {9};
+    wire_seg_opts so = o;
+    so.seal_key = &bench_key;
+    so.seal_data_key = dk;
+    wire_segment_out sealed;
+    if (wire_segment_encode(&so, w.in, NSEC, &sealed, &err) < 0) {
+        fprintf(stderr, "encode (aes): %s\n", err.msg);
+        return 1;
+    }
     job jobs[] = {{round_memcpy, dst, 0, 0}, {round_encode, &none, 0, 0}, {round_decode, &seg, 0, 0},
-                  {round_encode, &lz4, 0, 0}, {round_encode, &zstd, 0, 0}};
+                  {round_encode, &lz4, 0, 0}, {round_encode, &zstd, 0, 0},
+                  {round_encode, &none, 0, 0}, {round_encode, &sealed_enc, 0, 0}, {round_decode, &seg, 0, 0},
+                  {round_decode, &sealed, 0, 0}};
     if (!strcmp(only, "encode") || !strcmp(only, "decode")) {
         job *j = &jobs[only[0] == 'e' ? 1 : 2];
         if (measure(&w, j, 1) < 0) return 1;
         printf("wire.%s_mb_s %.0f MB/s\n", only, rate(&w, j));
         return 0;
     }
-    if (measure(&w, jobs, 3) < 0 || measure(&w, jobs + 3, 2) < 0) return 1;
+    if (measure(&w, jobs, 3) < 0 || measure(&w, jobs + 3, 2) < 0 || measure(&w, jobs + 5, 4) < 0) return 1;
     double mem = rate(&w, &jobs[0]), enc = rate(&w, &jobs[1]), dec = rate(&w, &jobs[2]);
     uint64_t nrec = 0;
     for (size_t s = 0; s < NSEC; s++) nrec += w.in[s].nrec;
@@ -227,7 +252,13 @@ int main(int argc, char **argv)
     printf("wire.encode_lz4_mb_s %.0f MB/s\n", rate(&w, &jobs[3]));
     printf("wire.encode_zstd_mb_s %.0f MB/s\n", rate(&w, &jobs[4]));
     printf("wire.segment_bytes_per_record %.2f B\n", (double)seg.len / (double)nrec);
+    double pe = rate(&w, &jobs[5]), ae = rate(&w, &jobs[6]), pd = rate(&w, &jobs[7]), ad = rate(&w, &jobs[8]);
+    printf("wire.encode_aes_mb_s %.0f MB/s\n", ae);
+    printf("wire.decode_aes_mb_s %.0f MB/s\n", ad);
+    printf("wire.encode_aes_vs_plain %.3f x\n", pe > 0 ? ae / pe : 0);
+    printf("wire.decode_aes_vs_plain %.3f x\n", pd > 0 ? ad / pd : 0);
     wire_segment_out_free(&seg);
+    wire_segment_out_free(&sealed);
     for (size_t s = 0; s < NSEC; s++) free(w.buf[s]);
     free(dst);
     free(pool_buf);

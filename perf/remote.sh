@@ -9,6 +9,10 @@
 #   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
 #   recovery.mb_s, recovery.raw_get_mb_s, recovery.vs_raw   handles read back from S3 alone vs
 #                                               curl GETs of the same objects
+#   remote.w256.enc_mb_s, recovery.w256.enc_mb_s, recovery.enc_vs_plain
+#                                               the flat-out w256 run and its recovery with
+#                                               encryption at rest, against a plain run made
+#                                               just before it
 set -euo pipefail
 B=${1:?usage: perf/remote.sh BUILD_DIR}
 : "${S3_ENDPOINT:?}" "${S3_ACCESS_KEY:?}" "${S3_SECRET_KEY:?}"
@@ -49,3 +53,19 @@ raw=$(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}
 echo "recovery.mb_s $(val recovery.w256.mb_s) MB/s" | emit
 echo "recovery.raw_get_mb_s $raw MB/s" | emit
 awk -v a="$(val recovery.w256.fetched_mb_s)" -v b="$raw" 'BEGIN{printf "recovery.vs_raw %.3f x\n", a/b}' | emit
+# encryption at rest: a plain w256 run, then the same with a key file, one after the other
+(umask 077; printf 'bench: %s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$W/enc.keys")
+"$B/perf/bench_remote" load "$W/pe" "$BUCKET" 256 "$SECS" 0 "" > "$W/plain.txt"
+DSTL_ENCRYPTION_KEY_FILE="$W/enc.keys" "$B/perf/bench_remote" load "$W/ee" "$BUCKET" 256 "$SECS" 0 "" > "$W/enc.txt"
+python3 - "$W/plain.txt" "$W/enc.txt" <<'PY' | emit
+import sys
+def lines(p):
+    return {l.split()[0]: float(l.split()[1]) for l in open(p) if len(l.split()) >= 2}
+p, e = lines(sys.argv[1]), lines(sys.argv[2])
+w, r = e.get("remote.w256.mb_s", float("nan")), e.get("recovery.w256.mb_s", float("nan"))
+pw, pr = p.get("remote.w256.mb_s", float("nan")), p.get("recovery.w256.mb_s", float("nan"))
+print(f"remote.w256.enc_mb_s {w:.1f} MB/s")
+print(f"remote.enc_vs_plain {w / pw:.3f} x")
+print(f"recovery.w256.enc_mb_s {r:.1f} MB/s")
+print(f"recovery.enc_vs_plain {r / pr:.3f} x")
+PY

@@ -26,6 +26,7 @@ rm -rf "$T/d"; "$B/perf/bench_local" append "$T/d" | emit
 for n in 1 16 256 1024; do
   rm -rf "$T/d"; "$B/perf/bench_local" load "$T/d" "$n" "$SECS" | emit
 done
+rm -rf "$T/d"; "$B/perf/bench_local" load-enc "$T/d" 16 "$((SECS * 2))" | emit
 rm -rf "$T/d"; "$B/perf/bench_local" light "$T/d" 16 "$SECS" | emit
 rm -rf "$T/d"; "$B/perf/bench_local" commits "$T/d" 64 "$SECS" | emit
 
