@@ -175,6 +175,7 @@ static int build_handle(dstl_future *f, wire_handle **out)
             g->footer_offset = p->sg->footer_offset;
             g->footer_len = p->sg->footer_len;
             g->footer_crc = p->sg->footer_crc;
+            g->encrypted = p->sg->sealed;
         }
         whole += p->loc.data_bytes;
         h->pieces[h->npieces++] = (wire_piece){

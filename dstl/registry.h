@@ -30,6 +30,7 @@ typedef struct run_segment {
     uint64_t size, footer_offset;
     uint32_t footer_len, footer_crc;
     int durable;
+    int sealed;                 /* encrypted (handles say so: wire_seg_ref.encrypted) */
     int has_local, has_remote;  /* where its copies are (set when it became durable) */
     int uploading;              /* its upload still runs: deletion waits */
     int section_refs;           /* untruncated writer ranges in it */

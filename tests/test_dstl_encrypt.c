@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "dstl.h"
+#include "dstl/local/ioeng.h"
+#include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
 #include "tests/helpers_keys.h"
@@ -269,6 +271,105 @@ Test(dstl_encrypt, wrong_key_missing_key_file_and_tampered_bytes_are_named_error
     dstl_handle_free(h);
     free(kf);
     free(kf2);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* ---- a failed batch retried into a new segment; a plain segment in an encrypted one's place ---- */
+
+static int persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out)
+{
+    dstl_future *f = NULL;
+    int rc = dstl_persist(w, from, cp, &f);
+    if (rc < 0) return rc;
+    cr_assert_eq(dstl_future_wait(f, 20000), 0);
+    rc = dstl_future_result(f, out);
+    dstl_future_free(f);
+    return rc;
+}
+
+Test(dstl_encrypt, a_failed_batch_is_sealed_anew_in_the_segment_it_is_retried_into)
+{
+    char *dir = t_mkdtemp("enc-retry");
+    char *kf = tk_write(dir, "keys", "k: " TK_HEX_A "\n", 0600);
+    struct ioeng_fault *fault;
+    cr_assert_eq(ioeng_fault_new(&fault), 0);
+    dstl_config *c = t_config(dir, "dstl.encryption.key-file", kf, "dstl.io.engine", "psync", NULL);
+    storage_seams t = {.fault = fault};
+    dstl_storage *s;
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *w;
+    cr_assert_eq(dstl_writer_open(s, "w", 0, NKG - 1, &w), 0);
+    uint64_t end = tk_append(w, "f", 0, 100, NKG);
+    cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
+    dstl_handle *h = NULL;
+    cr_assert_eq(persist_result(w, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
+    cr_assert_eq(persist_result(w, 0, 2, &h), 0, "%s", dstl_last_error());
+    char seg[1024], kid[WIRE_KEY_ID_MAX + 1];
+    handle_segment(dir, h, seg, sizeof seg, kid);
+    cr_assert_str_eq(kid, "k");
+    cr_assert(strstr(seg, "-000000000001.seg"), "retried into the next segment: %s", seg);
+    cr_assert_eq(tk_verify(s, h, "f", 0, end, NKG, 0, NKG - 1), (long)end, "%s", dstl_last_error());
+    cr_assert_eq(tk_verify(s, h, "f", 0, end, NKG, 3, 3), (long)(end / NKG + (end % NKG > 3)), "%s",
+                 dstl_last_error());
+    dstl_handle_free(h);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    ioeng_fault_free(fault);
+    free(kf);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+Test(dstl_encrypt, a_plain_segment_where_the_handle_names_an_encrypted_one_is_refused)
+{
+    char *dir = t_mkdtemp("enc-down");
+    char *kf = tk_write(dir, "keys", "k: " TK_HEX_A "\n", 0600);
+    /* handles record whether their segments are encrypted */
+    dstl_storage *s = t_storage_open(dir, "dstl.encryption.key-file", kf, NULL);
+    dstl_writer *w;
+    cr_assert_eq(dstl_writer_open(s, "w", 0, NKG - 1, &w), 0);
+    uint64_t end = tk_append(w, "d", 0, 30, NKG);
+    dstl_handle *he = t_persist(w, 0, 1);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    s = t_storage_open(dir, NULL);
+    cr_assert_eq(dstl_writer_open(s, "w", 0, NKG - 1, &w), 0);
+    tk_append(w, "d", 0, 30, NKG);
+    dstl_handle *hp = t_persist(w, 0, 1);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    void *b;
+    size_t n;
+    wire_handle *we, *wp;
+    wire_err e = {{0}};
+    cr_assert_eq(dstl_handle_serialize(he, &b, &n), 0);
+    cr_assert_eq(wire_handle_decode(b, n, &we, &e), 0, "%s", e.msg);
+    free(b);
+    cr_assert_eq(dstl_handle_serialize(hp, &b, &n), 0);
+    cr_assert_eq(wire_handle_decode(b, n, &wp, &e), 0, "%s", e.msg);
+    free(b);
+    cr_assert_eq(we->segs[0].encrypted, 1);
+    cr_assert_eq(wp->segs[0].encrypted, 0);
+    /* the plain handle, as if its segment had been the encrypted one: what a reader sees when
+     * someone who may write the dir (not the checkpoint metadata) swapped the files */
+    wp->segs[0].encrypted = 1;
+    cr_assert_eq(wire_handle_encode(wp, &b, &n, &e), 0, "%s", e.msg);
+    dstl_handle *forged;
+    cr_assert_eq(dstl_handle_parse(b, n, &forged), 0);
+    free(b);
+    s = t_storage_open(dir, "dstl.encryption.key-file", kf, NULL);
+    cr_assert_eq(tk_verify(s, he, "d", 0, end, NKG, 0, NKG - 1), (long)end, "%s", dstl_last_error());
+    cr_assert_eq(tk_verify(s, forged, "d", 0, end, NKG, 0, NKG - 1), DSTL_ECRYPTO);
+    cr_assert(strstr(dstl_last_error(), "names an encrypted segment, but this one is plain"), "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0);
+    wire_handle_free(we);
+    wire_handle_free(wp);
+    dstl_handle_free(he);
+    dstl_handle_free(hp);
+    dstl_handle_free(forged);
+    free(kf);
     t_rm_rf(dir);
     free(dir);
 }

@@ -114,6 +114,7 @@ int wire_handle_encode(const wire_handle *h, void **buf, size_t *len, wire_err *
         segs[i].footer_offset = s->footer_offset;
         segs[i].footer_len = s->footer_len;
         segs[i].footer_crc = s->footer_crc;
+        segs[i].encrypted = s->encrypted != 0;
         segp[i] = &segs[i];
     }
     for (size_t i = 0; i < h->npieces; i++) {
@@ -171,7 +172,7 @@ static int handle_view(const Dstl__Handle *m, wire_handle *v)
         const Dstl__SegmentRef *s = m->segments[i];
         v->segs[i] = (wire_seg_ref){.name = s->name, .object_len = s->object_len,
                                     .footer_offset = s->footer_offset, .footer_len = s->footer_len,
-                                    .footer_crc = s->footer_crc};
+                                    .footer_crc = s->footer_crc, .encrypted = s->encrypted};
     }
     for (size_t i = 0; i < m->n_pieces; i++) {
         const Dstl__Piece *p = m->pieces[i];

@@ -258,6 +258,7 @@ typedef struct {
     uint64_t object_len;
     uint64_t footer_offset;
     uint32_t footer_len, footer_crc;
+    int encrypted;            /* sealed: a plain footer there is refused (downgrade) */
 } wire_seg_ref;
 
 typedef struct {

@@ -363,6 +363,7 @@ static int encode_segment(dstl_storage *s, batch *b, const wire_section_in *in, 
         }
     }
     if (rc == 0) rc = wire_segment_encode(&o, in, b->n, &b->out, e);
+    if (rc == 0) b->g->sealed = kr != NULL;
     OPENSSL_cleanse(dk, sizeof dk);
     keyring_unref(kr);
     return rc;

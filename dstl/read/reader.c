@@ -378,6 +378,16 @@ static void footer_done(job *j)
         if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
         return;
     }
+    if (g->encrypted && !wire_index_key_id(j->ix)) {
+        /* the handle was made for an encrypted segment: a plain one in its place is a
+         * substitute (someone who may write the bucket or dir but holds no key) */
+        wire_index_free(j->ix);
+        j->ix = NULL;
+        if (!refetch_uncached(j))
+            job_fail(j, DSTL_ECRYPTO, "segment %s: the handle names an encrypted segment, but this one is plain "
+                     "(replaced?)", j->where);
+        return;
+    }
     if (j->remote) {
         cache_fetched(j);       /* the footer and trailer: the bytes before them are not checked yet */
         j->tail = j->buf;
