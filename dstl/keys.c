@@ -176,8 +176,7 @@ static int load_fd(const char *path, int fd, struct stat *st, keyring **out)
 
 static int load_stat(const char *path, struct stat *st, keyring **out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 && errno == ELOOP) fd = open(path, O_RDONLY | O_CLOEXEC);   /* a symlink's target is checked */
+    int fd = open(path, O_RDONLY | O_CLOEXEC);   /* through a symlink, the target's mode is checked */
     if (fd < 0) return err_fail(DSTL_ECONFIG, "key 'dstl.encryption.key-file': cannot open %s: %s", path,
                                 strerror(errno));
     int rc = load_fd(path, fd, st, out);
