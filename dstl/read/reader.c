@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "dstl/read/cache.h"
+#include "dstl/read/segread.h"
 #include "dstl/err.h"
 #include "dstl/handle.h"
 #include "dstl/storage.h"
@@ -64,9 +65,6 @@
  * of a fast link keeps the GETs streaming, and bounds a reader's memory (recovery opens a few
  * readers per task). The current piece is fetched whatever its size. */
 #define READ_WINDOW_BYTES (32ull << 20)
-/* Two ranges of one section closer than this are fetched as one: a GET costs a round trip
- * (about 1 ms on a LAN store, 20-50 ms on S3), worth far more than 64 KiB of transfer. */
-#define RANGE_MERGE_GAP_BYTES (64u << 10)
 /* The first GET of a remote segment reads at least this much of its tail, not just footer and
  * trailer: a segment this small then costs one GET instead of two, and a larger one brings the
  * end of its last section along (the meta run every reader needs). A request costs a round
@@ -355,25 +353,10 @@ static void section_begin(job *j);
 static void footer_done(job *j)
 {
     const wire_seg_ref *g = job_seg(j);
-    wire_err e = {{0}};
-    uint64_t foff;
-    uint32_t flen, fcrc;
-    int rc = wire_trailer_parse(j->buf + j->buf_len - WIRE_SEG_TRAILER_LEN, WIRE_SEG_TRAILER_LEN, g->object_len,
-                                &foff, &flen, &fcrc, &e);
-    const uint8_t *footer = j->buf + (g->footer_offset - j->buf_off);
+    char msg[sizeof j->errmsg];
+    int rc = segread_index(g, j->buf, j->buf_off, j->buf_len, j->where, &j->ix, msg, sizeof msg);
     if (rc < 0) {
-        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
-        return;
-    }
-    if (foff != g->footer_offset || flen != g->footer_len || fcrc != g->footer_crc) {
-        if (!refetch_uncached(j))
-            job_fail(j, DSTL_ECORRUPT, "segment %s: footer at %llu (%u bytes, crc %08x) is not the one the handle "
-                     "names (%llu, %u bytes, crc %08x)", j->where, (unsigned long long)foff, flen, fcrc,
-                     (unsigned long long)g->footer_offset, g->footer_len, g->footer_crc);
-        return;
-    }
-    if ((rc = wire_index_parse(footer, flen, fcrc, foff, g->object_len, &j->ix, &e)) < 0) {
-        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
+        if (!refetch_uncached(j)) job_fail(j, rc, "%s", msg);
         return;
     }
     if (j->remote) {
@@ -393,31 +376,20 @@ static void section_begin(job *j)
 {
     dstl_reader *r = j->r;
     const wire_piece *p = &r->wh->pieces[j->piece];
-    if (p->section >= wire_index_nsections(j->ix)) {
-        job_fail(j, DSTL_ECORRUPT, "segment %s: the handle names section %u of %zu", j->where, p->section,
-                 wire_index_nsections(j->ix));
-        return;
-    }
-    const wire_section_info *sec = wire_index_section(j->ix, p->section);
-    if (sec->offset != p->offset || sec->stored_len != p->stored_len || sec->crc != p->crc ||
-        p->seq_first < sec->seq_first || p->seq_end > sec->seq_end || strcmp(sec->writer_id, r->wh->writer_id) != 0) {
-        job_fail(j, DSTL_ECORRUPT, "segment %s section %u (offset %llu): does not match the handle's piece "
-                 "(writer %s, seqs %llu-%llu)", j->where, p->section, (unsigned long long)sec->offset,
-                 r->wh->writer_id, (unsigned long long)p->seq_first, (unsigned long long)p->seq_end);
+    char msg[sizeof j->errmsg];
+    const wire_section_info *sec = segread_piece_section(j->ix, p, r->wh->writer_id, j->where, msg, sizeof msg);
+    if (!sec) {
+        job_fail(j, DSTL_ECORRUPT, "%s", msg);
         return;
     }
     uint64_t off[2], len[2];
-    int n = wire_section_ranges(sec, r->kg_first, r->kg_last, off, len);
-    if (n == 2 && off[1] - (off[0] + len[0]) < RANGE_MERGE_GAP_BYTES) {
-        len[0] = off[1] + len[1] - off[0];
-        n = 1;
-    }
+    int n = segread_ranges(sec, r->kg_first, r->kg_last, off, len);
     j->nparts = n;
     for (int i = 0; i < n; i++) {
-        j->part_off[i] = sec->offset + off[i];
+        j->part_off[i] = off[i];
         j->part_len[i] = len[i];
     }
-    j->buf_off = sec->offset + (n ? off[0] : 0);
+    j->buf_off = n ? off[0] : sec->offset;
     j->buf_len = n ? (size_t)(off[n - 1] + len[n - 1] - off[0]) : 0;
     if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
         job_fail(j, -ENOMEM, "segment %s section %u: out of memory for %zu bytes", j->where, p->section, j->buf_len);
@@ -432,16 +404,11 @@ static void section_done(job *j)
     dstl_reader *r = j->r;
     const wire_piece *p = &r->wh->pieces[j->piece];
     const wire_section_info *sec = wire_index_section(j->ix, p->section);
-    /* The buffer may span the section with a gap never fetched (two ranges: the key groups
-     * from the first run, and the meta run): wire checks uncompressed sections run by run,
-     * so the gap is never read. */
-    wire_err e = {{0}};
-    int rc = wire_iter_open(sec, j->buf, j->buf_off - sec->offset, j->buf_len, j->next_seq, p->seq_end,
-                            r->kg_first, r->kg_last, &j->it, &e);
+    char msg[sizeof j->errmsg];
+    int rc = segread_section(sec, p->section, j->buf, j->buf_off, j->buf_len, j->next_seq, p->seq_end, r->kg_first,
+                             r->kg_last, j->where, &j->it, msg, sizeof msg);
     if (rc < 0) {
-        if (!refetch_uncached(j))
-            job_fail(j, rc, "segment %s section %u (offset %llu): %s", j->where, p->section,
-                     (unsigned long long)sec->offset, e.msg);
+        if (!refetch_uncached(j)) job_fail(j, rc, "%s", msg);
         return;
     }
     if (j->remote && j->nparts) {
