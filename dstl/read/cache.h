@@ -81,6 +81,17 @@ void cache_invalidate(read_cache *c, cache_entry *e);
  * release and insert too). */
 void cache_expire(read_cache *c);
 
+/* Restore plans hold fetched bytes in memory within the same bound: cache_reserve counts
+ * `bytes` against max-size (evicting unreferenced entries to make room) and returns 1, or 0
+ * (nothing counted) when they do not fit; cache_unreserve gives them back. NULL c: 1 / no-op. */
+int cache_reserve(read_cache *c, uint64_t bytes);
+void cache_unreserve(read_cache *c, uint64_t bytes);
+
+/* Removes what dead runs left in the cache directory (their lock is not held: crashed or
+ * killed processes), without making anything. storage open calls it through cache_open, so a
+ * cache found on open is trimmed before this run caches anything. */
+void cache_sweep(read_cache *c);
+
 /* Bytes cached now, and entries (for tests and stats). */
 uint64_t cache_bytes(read_cache *c);
 size_t cache_entries(read_cache *c);

@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "dstl/read/cache.h"
+#include "dstl/read/restore.h"
 #include "dstl/read/segread.h"
 #include "dstl/err.h"
 #include "dstl/handle.h"
@@ -93,6 +94,7 @@ struct job {
     char where[1100];               /* "s3://bucket/key" or "<local dir>/<name>": for messages */
     const char *key;                /* remote: the key inside where */
     cache_entry *ce;                /* remote: the object's cache entry (referenced) */
+    int64_t pobj;                   /* remote: the restore plan's object, or -1 */
     int no_cache;                   /* cached bytes failed their check: use S3 only */
     uint64_t next_seq;              /* the piece's first seq not yet returned (a restart's start) */
     int gets;                       /* GETs in flight */
@@ -124,6 +126,9 @@ typedef struct {
 struct dstl_reader {
     dstl_storage *s;
     wire_handle *wh;
+    dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
+    size_t pe, ph;
+    uint64_t own_requests, own_bytes, plan_declined;   /* for the plan's counters */
     uint32_t kg_first, kg_last;
     size_t piece;                   /* the piece being read: jobs[piece % READ_WINDOW_PIECES] */
     size_t next_start;              /* the next piece to start a job for */
@@ -185,6 +190,8 @@ static void account(dstl_reader *r)
     atomic_fetch_add_explicit(&s->rd.retries, now.retries - r->counted.retries, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->rd.hedges, now.hedges - r->counted.hedges, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->rd.bytes, now.bytes_received - r->counted.bytes_received, memory_order_relaxed);
+    r->own_requests += now.requests - r->counted.requests;
+    r->own_bytes += now.bytes_received - r->counted.bytes_received;
     r->counted = now;
 }
 
@@ -275,6 +282,33 @@ static void on_get(void *ctx, const s3_result *res)
     if (j->gets == 0) stage_done(j);
 }
 
+/* Takes the reader's S3 client, once per reader (on its first GET). */
+static int client_ready(dstl_reader *r, job *j)
+{
+    if (r->cli) return 0;
+    int rc = cache_client_take(r->s, &r->cli);
+    if (rc < 0) {
+        job_fail(j, rc, "reader: %s", dstl_last_error());
+        return -1;
+    }
+    s3_client_stats(r->cli, &r->counted);
+    return 0;
+}
+
+/* Part i from the restore plan: 1 done (copied, or the job failed), 0 the plan does not hold
+ * it (the reader fetches it itself). */
+static int plan_part(job *j, int i, uint8_t *dst, size_t len)
+{
+    dstl_reader *r = j->r;
+    if (j->pobj < 0 || j->no_cache) return 0;
+    char msg[sizeof j->errmsg];
+    int rc = restore_read(r->plan, (uint32_t)j->pobj, j->part_off[i], len, dst, msg, sizeof msg);
+    if (rc == 1) j->cached |= 1u << i;     /* checked like cached bytes: refetched from S3 if bad */
+    else if (rc < 0) job_fail(j, rc, "%s", msg);
+    else r->plan_declined++;
+    return rc != 0;
+}
+
 /* Fills part i of the job's buffer: a pread of the local copy, the cache, or S3 — a footer
  * GET from buf_off (the speculative tail), a section part from the tail where it overlaps. */
 static void part_fetch(job *j, int i)
@@ -294,6 +328,7 @@ static void part_fetch(job *j, int i)
                      (unsigned long long)j->part_off[i], n);
         return;
     }
+    if (plan_part(j, i, dst, len)) return;
     if (!j->no_cache && cache_read(r->cache, j->ce, j->part_off[i], len, dst)) {
         j->cached |= 1u << i;
         return;
@@ -311,6 +346,7 @@ static void part_fetch(job *j, int i)
         j->get_len[i] = from - j->part_off[i];
         if (j->get_len[i] == 0) return;
     }
+    if (client_ready(r, j) < 0) return;
     int rc = s3_get_object(r->cli, r->loc.bucket, j->key, j->get_off[i], dst, (size_t)j->get_len[i], &j->ops[i],
                            on_get, &j->gctx[i]);
     if (rc < 0) {
@@ -432,7 +468,7 @@ static void stage_done(job *j)
 
 /* ---- jobs ---- */
 
-/* Resolves the handle's remote location and takes a client, once per reader. */
+/* Resolves the handle's remote location, once per reader. */
 static int remote_ready(dstl_reader *r, job *j)
 {
     if (r->loc_state == 0) {
@@ -447,14 +483,6 @@ static int remote_ready(dstl_reader *r, job *j)
         job_fail(j, r->loc_state, "handle of writer %s: %s", r->wh->writer_id, r->loc_err);
         return -1;
     }
-    if (!r->cli) {
-        int rc = cache_client_take(r->s, &r->cli);
-        if (rc < 0) {
-            job_fail(j, rc, "reader: %s", dstl_last_error());
-            return -1;
-        }
-        s3_client_stats(r->cli, &r->counted);
-    }
     return 0;
 }
 
@@ -463,12 +491,13 @@ static int remote_ready(dstl_reader *r, job *j)
 static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t from_seq)
 {
     uint64_t first = r->wh->pieces[piece].seq_first;
-    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER,
+    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER, .pobj = -1,
                .next_seq = from_seq > first ? from_seq : first};
     j->gctx[0] = (get_ctx){j, 0};
     j->gctx[1] = (get_ctx){j, 1};
     const wire_seg_ref *g = job_seg(j);
     if (j->remote) {
+        if (r->plan) j->pobj = restore_object(r->plan, r->pe, r->ph, r->wh->pieces[piece].seg);
         if (remote_ready(r, j) < 0) return;
         int n = snprintf(j->where, sizeof j->where, "s3://%s/", r->loc.bucket);
         if (remote_key(&r->loc, g->name, j->where + n, sizeof j->where - (size_t)n) < 0) {
@@ -476,7 +505,7 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
             return;
         }
         j->key = j->where + n;
-        j->ce = cache_acquire(r->cache, j->where);
+        if (j->pobj < 0) j->ce = cache_acquire(r->cache, j->where);   /* a plan's bytes are the plan's */
     } else {
         snprintf(j->where, sizeof j->where, "%s/%s", r->s->local_dir, g->name);
     }
@@ -485,7 +514,7 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
     j->nparts = 1;
     j->part_off[0] = j->buf_off = g->footer_offset;
     j->part_len[0] = (size_t)(g->object_len - g->footer_offset);
-    if (j->remote && g->object_len - g->footer_offset < TAIL_READ_BYTES)
+    if (j->remote && j->pobj < 0 && g->object_len - g->footer_offset < TAIL_READ_BYTES)
         j->buf_off = g->object_len > TAIL_READ_BYTES ? g->object_len - TAIL_READ_BYTES : 0;
     j->buf_len = (size_t)(g->object_len - j->buf_off);
     if (j->part_len[0] < WIRE_SEG_TRAILER_LEN) {
@@ -525,8 +554,11 @@ static void fill(dstl_reader *r)
             }
             if (ahead >= READ_WINDOW_BYTES) break;
         }
-        int src = seg_source(r, r->wh->pieces[p].seg);
-        if (src != SRC_REMOTE && p != r->piece) break;
+        uint32_t seg = r->wh->pieces[p].seg;
+        int src = seg_source(r, seg);
+        /* a piece of a restore plan waits for the plan's fetch: it too starts when current */
+        int now = src != SRC_REMOTE || (r->plan && restore_object(r->plan, r->pe, r->ph, seg) >= 0);
+        if (now && p != r->piece) break;
         job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src, 0);
         r->next_start++;
     }
@@ -577,6 +609,24 @@ static int wait_job(dstl_reader *r, job *j)
 
 /* ---- API ---- */
 
+/* A reader of a copy of wh over [kg_first, kg_last]. */
+static int reader_new(dstl_storage *s, const wire_handle *wh, uint32_t kg_first, uint32_t kg_last,
+                      dstl_reader **out)
+{
+    dstl_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->wh = wire_handle_dup(wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
+        if (r) wire_handle_free(r->wh);
+        free(r);
+        return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
+    }
+    r->s = s;
+    r->kg_first = kg_first;
+    r->kg_last = kg_last;
+    if (*r->wh->remote_uri) r->cache = cache_get(s);
+    *out = r;
+    return 0;
+}
+
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_first,
                      uint32_t key_group_last, dstl_reader **out)
 {
@@ -584,17 +634,23 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
     if (key_group_first > key_group_last)
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
-    dstl_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->wh = wire_handle_dup(h->wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
-        if (r) wire_handle_free(r->wh);
-        free(r);
-        return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
+    return reader_new(s, h->wh, key_group_first, key_group_last, out);
+}
+
+int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out)
+{
+    if (!p || !out) return err_fail(-EINVAL, "dstl_restore_reader_open: NULL argument");
+    const wire_handle *wh;
+    uint32_t first, last;
+    int rc = restore_claim(p, entry, handle, &wh, &first, &last);
+    if (rc < 0) return rc;
+    if ((rc = reader_new(restore_storage(p), wh, first, last, out)) < 0) {
+        restore_reader_closed(p, entry, handle, 0, 0, 0);
+        return rc;
     }
-    r->s = s;
-    r->kg_first = key_group_first;
-    r->kg_last = key_group_last;
-    if (*r->wh->remote_uri) r->cache = cache_get(s);
-    *out = r;
+    (*out)->plan = p;
+    (*out)->pe = entry;
+    (*out)->ph = handle;
     return 0;
 }
 
@@ -638,6 +694,7 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         }
         job_clear(r, j);
         r->piece++;
+        if (r->plan) restore_pieces_done(r->plan, r->pe, r->ph, r->piece);
     }
 }
 
@@ -658,6 +715,7 @@ void dstl_reader_close(dstl_reader *r)
         }
     }
     for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
+    if (r->plan) restore_reader_closed(r->plan, r->pe, r->ph, r->own_requests, r->own_bytes, r->plan_declined);
     cache_client_give(r->s, r->cli);
     for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
     wire_handle_free(r->wh);
