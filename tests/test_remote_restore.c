@@ -34,6 +34,7 @@
 #include "helpers_remote.h"
 #include "payload.h"
 #include "dstl/handle.h"
+#include "dstl/seams.h"
 #include "wire/wire.h"
 
 #define NKG 16u
@@ -78,6 +79,7 @@ typedef struct {
     uint64_t per_round;
     size_t max_len;
     const char *persist_delay;
+    const char *batch_bytes;     /* dstl.batch.persist-size-threshold; NULL: the default */
     dstl_handle *last[MAXW];     /* per writer: [0, everything) */
 } job;
 
@@ -85,7 +87,8 @@ typedef struct {
  * over everything since the start); the last handles cover every segment. */
 static void write_job(job *jb, const char *dir)
 {
-    dstl_storage *s = t_remote_open(&fx, dir, "dstl.batch.persist-delay", jb->persist_delay, NULL);
+    dstl_storage *s = t_remote_open(&fx, dir, "dstl.batch.persist-delay", jb->persist_delay,
+                                    "dstl.batch.persist-size-threshold", jb->batch_bytes ? jb->batch_bytes : "10mb", NULL);
     dstl_writer *w[MAXW];
     uint8_t *buf = malloc(jb->max_len + 1);
     for (uint32_t i = 0; i < jb->nwriters; i++) {
@@ -367,5 +370,289 @@ Test(remote_restore, four_rescaled_tasks_each_fetch_about_a_quarter)
         cr_assert_eq(dstl_restore_close(p), 0);
         cr_assert_eq(dstl_storage_close(s), 0);
     }
+    job_free(&jb);
+}
+
+/* ---- the bound ---- */
+
+typedef struct {
+    dstl_restore *p;
+    const char *cache_dir;
+    atomic_int stop;
+    uint64_t held_max, files_max, bytes_max, fds_max;
+} monitor_arg;
+
+/* Files and bytes under dir (recursively). */
+static void dir_usage(const char *dir, uint64_t *files, uint64_t *bytes)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (lstat(p, &st) < 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            dir_usage(p, files, bytes);
+        } else {
+            (*files)++;
+            *bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+}
+
+static uint64_t open_fds(void)
+{
+    uint64_t n = 0, b = 0;
+    dir_usage("/proc/self/fd", &n, &b);
+    return n;
+}
+
+static void *monitor_thread(void *arg)
+{
+    monitor_arg *m = arg;
+    while (!atomic_load(&m->stop)) {
+        dstl_restore_stats st;
+        if (dstl_restore_get_stats(m->p, &st) == 0 && st.held_bytes > m->held_max) m->held_max = st.held_bytes;
+        uint64_t files = 0, bytes = 0, fds = open_fds();
+        dir_usage(m->cache_dir, &files, &bytes);
+        if (files > m->files_max) m->files_max = files;
+        if (bytes > m->bytes_max) m->bytes_max = bytes;
+        if (fds > m->fds_max) m->fds_max = fds;
+        usleep(1000);
+    }
+    return NULL;
+}
+
+Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
+{
+    /* ~3 MB in segments of ~300 KB (a 256 KiB batch threshold), restored through a 1 MiB bound */
+    job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
+              .batch_bytes = "256kb"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    uint64_t need_bytes;
+    size_t need = needed_objects(&jb, &need_bytes);
+    const uint64_t bound = 1u << 20;
+    cr_assert_gt(need_bytes, 2 * bound, "the restore (%lu bytes in %zu objects) is not larger than the bound",
+                 (unsigned long)need_bytes, need);
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", NULL);
+    uint64_t fds0 = open_fds();
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    monitor_arg m = {.p = p, .cache_dir = cdir};
+    pthread_t mt;
+    cr_assert_eq(pthread_create(&mt, NULL, monitor_thread, &m), 0);
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    atomic_store(&m.stop, 1);
+    pthread_join(mt, NULL);
+    dstl_restore_stats st = rstats(p);
+    show("bounded", &st);
+    cr_expect_leq(st.held_peak_bytes, bound, "the plan held %lu bytes at most", (unsigned long)st.held_peak_bytes);
+    cr_expect_leq(m.held_max + m.bytes_max, bound, "held %lu bytes in memory and %lu in cache files",
+                  (unsigned long)m.held_max, (unsigned long)m.bytes_max);
+    cr_expect_gt(st.held_peak_bytes, 0, "the plan fetched nothing ahead");
+    /* the plan's connections and each reader's own client (for what the plan gave up) */
+    cr_expect_leq(m.fds_max, fds0 + 8 + 8 * (uint64_t)jb.nwriters, "%lu fds open at most, %lu before",
+                  (unsigned long)m.fds_max, (unsigned long)fds0);
+    cr_expect_gt(st.bytes_fetched, need_bytes - need_bytes / 10);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- a killed restore's cache ---- */
+
+/* A child that restores writer 0's handle with a plain reader (its bytes go to the reader
+ * cache in cache_dir), tells its run id through fd once it has read 100 records, then waits to
+ * be killed. Returns its pid; *run gets the run id (17 bytes). */
+static pid_t restoring_child(const job *jb, const char *dir, char run[17])
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dstl_config *c = NULL;
+        dstl_storage *s = NULL;
+        dstl_reader *r = NULL;
+        if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+            dstl_config_set(c, "dstl.cache.dir", cdir) < 0 || dstl_config_set(c, "dstl.s3.endpoint", fx.env.endpoint) < 0 ||
+            dstl_config_set(c, "dstl.s3.region", fx.env.region) < 0 ||
+            dstl_config_set(c, "dstl.s3.access-key", fx.env.access_key) < 0 ||
+            dstl_config_set(c, "dstl.s3.secret-key", fx.env.secret_key) < 0 ||
+            dstl_config_set(c, "dstl.s3.path-style", "true") < 0 || dstl_storage_open(c, &s) < 0 ||
+            dstl_reader_open(s, jb->last[0], 0, NKG - 1, &r) < 0)
+            _exit(2);
+        dstl_record rec;
+        for (int n = 0; n < 100; n++)
+            if (dstl_reader_next(r, &rec) != 1) _exit(3);
+        if (write(fds[1], storage_run_id(s), 16) != 16) _exit(4);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], run, 16);
+    close(fds[0]);
+    cr_assert_eq(n, 16, "the restoring child failed before reading 100 records");
+    run[16] = '\0';
+    return pid;
+}
+
+static int exists(const char *dir, const char *name, const char *suffix)
+{
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s%s", dir, name, suffix);
+    return stat(p, &st) == 0;
+}
+
+static void kill_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+Test(remote_restore, cache_of_a_killed_restore_is_trimmed_at_the_next_open_never_a_live_one)
+{
+    job jb = {.nwriters = 1, .rounds = 2, .per_round = 2000, .max_len = 300, .persist_delay = "0"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    char dead[17], live[17];
+    char d1[4200], d2[4200];
+    snprintf(d1, sizeof d1, "%s/dead", rdir);
+    snprintf(d2, sizeof d2, "%s/live", rdir);
+    pid_t pd = restoring_child(&jb, d1, dead), pl = restoring_child(&jb, d2, live);
+    uint64_t files = 0, bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_assert(exists(cdir, dead, "") && exists(cdir, live, ""), "the children cached nothing in %s", cdir);
+    cr_assert_gt(bytes, 0);
+    kill_child(pd);                                  /* killed mid-restore: its cache stays behind */
+    cr_assert(exists(cdir, dead, ""));
+    /* the next open trims it, before reading anything; the live run's cache is kept */
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, NULL);
+    cr_expect(!exists(cdir, dead, ""), "the killed run's cache %s/%s is still there after an open", cdir, dead);
+    cr_expect(!exists(cdir, dead, ".lock"));
+    cr_expect(exists(cdir, live, ""), "the live run's cache %s/%s was removed", cdir, live);
+    cr_expect(exists(cdir, live, ".lock"));
+    cr_assert_eq(dstl_storage_close(s), 0);
+    kill_child(pl);
+    s = open_restorer(rdir, "dstl.cache.dir", cdir, NULL);
+    cr_expect(!exists(cdir, live, ""), "the second killed run's cache is still there after an open");
+    files = bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_expect_eq(bytes, 0, "%lu bytes in %lu files left in the cache", (unsigned long)bytes, (unsigned long)files);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- local copies first ---- */
+
+/* The non-empty segment files of dir, sorted by name (= by segment number). */
+static size_t local_segments(const char *dir, char names[][64], size_t cap)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (l > 4 && l < 64 && !strcmp(de->d_name + l - 4, ".seg") && stat(p, &st) == 0 && st.st_size > 0 && n < cap)
+            snprintf(names[n++], 64, "%s", de->d_name);
+    }
+    closedir(d);
+    qsort(names, n, 64, (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
+{
+    /* one segment per checkpoint (4 writers persisting together) */
+    job jb = {.nwriters = 4, .rounds = 4, .per_round = 300, .max_len = 300, .persist_delay = "50ms"};
+    write_job(&jb, wdir);
+    char names[16][64];
+    size_t n = local_segments(wdir, names, 16);
+    cr_assert_geq(n, 4, "%zu segments", n);
+    uint64_t need_bytes;
+    cr_assert_eq(needed_objects(&jb, &need_bytes), n);
+    char p[4200];
+    /* segment 0 stays intact; 1 is gone; 2 is torn (half its length); 3 has a flipped byte in
+     * its first section (the right length: only reading finds it) */
+    snprintf(p, sizeof p, "%s/%s", wdir, names[1]);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/%s", wdir, names[2]);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(truncate(p, st.st_size / 2), 0);
+    uint64_t torn_len = (uint64_t)st.st_size, gone_len = 0;
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/%s", wdir, names[3]);
+    uint8_t *buf = t_read_file(p, &len);
+    cr_assert(buf && len > WIRE_SEG_HEADER_LEN + 100);
+    buf[WIRE_SEG_HEADER_LEN + 40] ^= 0x40;
+    cr_assert_eq(t_write_file(p, buf, len), 0);
+    free(buf);
+    for (size_t k = 0; k < jb.last[0]->wh->nsegs; k++)
+        if (!strcmp(jb.last[0]->wh->segs[k].name, names[1])) gone_len = jb.last[0]->wh->segs[k].object_len;
+    cr_assert_gt(gone_len, 0);
+    dstl_storage *s = open_restorer(wdir, NULL);
+    dstl_restore *pl = plan_all(s, &jb, 0, NKG - 1);
+    restore_concurrently(pl, &jb, 0, NKG - 1);
+    dstl_restore_stats rs = rstats(pl);
+    show("local first", &rs);
+    cr_expect_eq(rs.objects, n);
+    cr_expect_eq(rs.local_segments, n - 2, "local copies used: %lu", (unsigned long)rs.local_segments);
+    cr_expect_eq(rs.objects_fetched, 2, "the plan fetched %lu objects: the missing and the torn copy's",
+                 (unsigned long)rs.objects_fetched);
+    /* the plan's fetches, and the reader's own GETs of the flipped segment's section */
+    cr_expect_lt(rs.bytes_fetched, need_bytes, "everything was fetched from S3");
+    cr_expect_geq(rs.bytes_fetched, gone_len + torn_len);
+    cr_assert_eq(dstl_restore_close(pl), 0);
+    dstl_stats ss;
+    cr_assert_eq(dstl_storage_stats(s, &ss), 0);
+    /* the torn copy (each reader of it), and the flipped section (its one reader) */
+    cr_expect_geq(ss.local_read_fallbacks, 2, "%lu fallbacks", (unsigned long)ss.local_read_fallbacks);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- the API's edges ---- */
+
+Test(remote_restore, plan_readers_open_once_and_the_plan_closes_after_them)
+{
+    job jb = {.nwriters = 2, .rounds = 1, .per_round = 100, .max_len = 100, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *p = NULL;
+    dstl_restore_entry bad = {(const dstl_handle *const *)jb.last, 2, 5, 4};
+    cr_expect_eq(dstl_restore_plan(s, &bad, 1, &p), -EINVAL);
+    cr_expect(strstr(dstl_last_error(), "entry 0"), "%s", dstl_last_error());
+    cr_expect_eq(dstl_restore_plan(s, &bad, 0, &p), -EINVAL);
+    p = plan_all(s, &jb, 0, NKG - 1);
+    dstl_reader *r = NULL, *r2 = NULL;
+    cr_expect_eq(dstl_restore_reader_open(p, 2, 0, &r), -EINVAL);
+    cr_expect_eq(dstl_restore_reader_open(p, 0, 1, &r), -EINVAL);
+    cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &r), 0);
+    cr_expect_eq(dstl_restore_reader_open(p, 0, 0, &r2), -EBUSY);
+    cr_expect_eq(dstl_restore_close(p), -EBUSY, "closed under an open reader");
+    char why[600] = "";
+    cr_expect_eq(check_reader(r, jb.last[0], 0, 0, NKG - 1, jb.max_len, why, sizeof why), expected(jb.last[0], 0, NKG - 1),
+                 "%s", why);
+    dstl_reader_close(r);
+    /* entry 1 never read: closing the plan drops what it fetched for it */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_restore_close(NULL), 0);
+    /* the per-reader path keeps working beside plans */
+    cr_assert_eq(dstl_reader_open(s, jb.last[1], 0, NKG - 1, &r), 0);
+    cr_expect_eq(check_reader(r, jb.last[1], 1, 0, NKG - 1, jb.max_len, why, sizeof why), expected(jb.last[1], 0, NKG - 1),
+                 "%s", why);
+    dstl_reader_close(r);
+    cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);
 }
