@@ -378,6 +378,51 @@ static int cover(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint64_t e
     return off < end ? extent_add(f, ob, id, off, end) : 0;
 }
 
+static int cmp_gap(const void *a, const void *b, void *ctx)
+{
+    const span *m = ctx;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    uint64_t gx = m[x + 1].off - m[x].end, gy = m[y + 1].off - m[y].end;
+    return gx < gy ? -1 : gx > gy;
+}
+
+/* Merges the sorted spans m[0..n) in place: overlapping and adjacent ones, then gaps below
+ * merge_gap, smallest first, while the gaps read through stay within a share of the needed
+ * bytes. Returns the new count; *need gets the needed bytes. */
+static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && m[i].off <= m[k - 1].end) {
+            if (m[i].end > m[k - 1].end) m[k - 1].end = m[i].end;
+        } else {
+            m[k++] = m[i];
+        }
+    }
+    *need = 0;
+    for (size_t i = 0; i < k; i++) *need += m[i].end - m[i].off;
+    size_t *gaps = k > 1 ? malloc((k - 1) * sizeof *gaps) : NULL;
+    if (!gaps) return k;                     /* nothing to read through (or no memory for it) */
+    unsigned char *join = calloc(k, 1);
+    for (size_t i = 0; i + 1 < k; i++) gaps[i] = i;
+    qsort_r(gaps, k - 1, sizeof *gaps, cmp_gap, m);
+    uint64_t waste = 0, allowed = *need / FETCH_GAP_SHARE_DEN;
+    for (size_t g = 0; join && g + 1 < k; g++) {
+        uint64_t gap = m[gaps[g] + 1].off - m[gaps[g]].end;
+        if (gap >= merge_gap || waste + gap > allowed) break;
+        waste += gap;
+        join[gaps[g]] = 1;
+    }
+    size_t out = 0;
+    for (size_t i = 0; join && i < k; i++) {
+        if (out && join[i - 1]) m[out - 1].end = m[i].end;
+        else m[out++] = m[i];
+    }
+    free(join);
+    free(gaps);
+    return join ? out : k;
+}
+
 int fetch_commit(fetch_set *f, uint32_t id)
 {
     pthread_mutex_lock(&f->mu);
@@ -385,17 +430,12 @@ int fetch_commit(fetch_set *f, uint32_t id)
     qsort(ob->pend, ob->npend, sizeof *ob->pend, cmp_span);
     span *mg = malloc((ob->npend ? ob->npend : 1) * sizeof *mg);
     int rc = mg ? 0 : -ENOMEM;
-    size_t m = 0;                            /* merged: gaps below merge_gap are read through */
     uint64_t need = 0, have = 0;
-    for (size_t i = 0; mg && i < ob->npend; i++) {
-        span s = ob->pend[i];
-        if (m && s.off <= mg[m - 1].end + f->o.merge_gap_bytes) {
-            if (s.end > mg[m - 1].end) mg[m - 1].end = s.end;
-        } else {
-            mg[m++] = s;
-        }
+    size_t m = 0;
+    if (mg) {
+        memcpy(mg, ob->pend, ob->npend * sizeof *mg);
+        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
     }
-    for (size_t i = 0; i < m; i++) need += mg[i].end - mg[i].off;
     for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
     if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) rc = cover(f, ob, id, 0, ob->len);
     for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);

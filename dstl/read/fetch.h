@@ -6,9 +6,11 @@
  * or records (restore.c decides which ranges a plan needs; segread.c verifies the bytes).
  *
  *   needs    fetch_need adds a range of an object with one *use*; fetch_commit turns the
- *            object's pending ranges into *extents* (what one GET fetches): ranges closer than
- *            the merge gap are read as one, and when most of the object (FETCH_WHOLE_NUM /
- *            FETCH_WHOLE_DEN) is needed the whole object is one extent. Each pending range adds
+ *            object's pending ranges into *extents* (what one GET fetches): overlapping and
+ *            adjacent ranges are one; gaps below the merge gap are read through, smallest
+ *            first, while they add at most 1/FETCH_GAP_SHARE_DEN of the needed bytes; and when
+ *            most of the object (FETCH_WHOLE_NUM / FETCH_WHOLE_DEN) is needed the whole object
+ *            is one extent. Each pending range adds
  *            a use to every extent it overlaps; fetch_release of the same range drops it.
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an object's prio, then offset), at most max_gets at once, and only while the
@@ -32,11 +34,15 @@
 
 #include "s3/s3.h"
 
-/* Most of an object is needed: 3/4 of it. Fetching the rest too costs at most a third more
+/* Most of an object is needed: 4/5 of it. Fetching the rest too costs at most a quarter more
  * bytes, and saves a request per gap (a round trip, 1-50 ms) and the per-request overhead
  * that makes many small ranged GETs slow. */
-#define FETCH_WHOLE_NUM 3u
-#define FETCH_WHOLE_DEN 4u
+#define FETCH_WHOLE_NUM 4u
+#define FETCH_WHOLE_DEN 5u
+/* Gaps read through (each below the merge gap) add at most this share of an object's needed
+ * bytes: the smallest gaps first. A reader of a few key groups of small sections (many gaps
+ * below the merge gap) then fetches at most a quarter more than it needs, in fewer requests. */
+#define FETCH_GAP_SHARE_DEN 4u
 
 typedef struct fetch_set fetch_set;
 

@@ -111,6 +111,7 @@ struct job {
     size_t tail_len;
     unsigned cached, fetched;       /* parts served by the cache / by S3 */
     wire_index *ix;
+    int ix_shared;                  /* ix is the restore plan's (not freed here) */
     wire_iter *it;
     int err;
     char errmsg[512];
@@ -302,7 +303,7 @@ static int plan_part(job *j, int i, uint8_t *dst, size_t len)
     dstl_reader *r = j->r;
     if (j->pobj < 0 || j->no_cache) return 0;
     char msg[sizeof j->errmsg];
-    int rc = restore_read(r->plan, (uint32_t)j->pobj, j->part_off[i], len, dst, msg, sizeof msg);
+    int rc = restore_read(r->plan, j->pobj, j->part_off[i], len, dst, msg, sizeof msg);
     if (rc == 1) j->cached |= 1u << i;     /* checked like cached bytes: refetched from S3 if bad */
     else if (rc < 0) job_fail(j, rc, "%s", msg);
     else r->plan_declined++;
@@ -452,7 +453,7 @@ static void section_done(job *j)
         if (j->fetched) atomic_fetch_add_explicit(&r->s->rd.cache_misses, 1, memory_order_relaxed);
         else atomic_fetch_add_explicit(&r->s->rd.cache_hits, 1, memory_order_relaxed);
     }
-    wire_index_free(j->ix);         /* the iterator copied what it needs */
+    if (!j->ix_shared) wire_index_free(j->ix);      /* the iterator copied what it needs */
     j->ix = NULL;
     free(j->tail);
     j->tail = NULL;
@@ -522,6 +523,11 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
                  (unsigned long long)g->object_len);
         return;
     }
+    if (j->pobj >= 0 && (j->ix = (wire_index *)restore_index(r->plan, j->pobj))) {
+        j->ix_shared = 1;               /* the plan parsed (and checked) this index once for all */
+        section_begin(j);
+        return;
+    }
     if (!(j->buf = malloc(j->buf_len))) {
         job_fail(j, -ENOMEM, "segment %s: out of memory for a %zu-byte footer", j->where, j->buf_len);
         return;
@@ -533,7 +539,7 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
 static void job_clear(dstl_reader *r, job *j)
 {
     wire_iter_free(j->it);
-    wire_index_free(j->ix);
+    if (!j->ix_shared) wire_index_free(j->ix);
     free(j->buf);
     free(j->tail);
     cache_release(r->cache, j->ce);

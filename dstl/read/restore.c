@@ -68,6 +68,9 @@ typedef struct {
     int local;                  /* a local copy of the right length: not fetched */
     int need_index;
     uint32_t fid;               /* the fetch set's id */
+    int ix_state;               /* 0 not tried, 1 ix parsed, -1 failed (under ix_mu) */
+    wire_index *ix;             /* shared by the readers: read-only once parsed */
+    pthread_mutex_t ix_mu;      /* made by name_objects */
 } plan_obj;
 
 struct dstl_restore {
@@ -80,6 +83,7 @@ struct dstl_restore {
     size_t nobj, cap_obj;
     u64map byhash;              /* uri hash -> first object index + 1 */
     int readers;
+    int ix_mu_made;             /* the objects' ix_mu exist */
     uint64_t local_segments, object_bytes;
     uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
 };
@@ -159,6 +163,8 @@ static int name_objects(dstl_restore *p)
     for (size_t i = 0; i < p->nobj; i++) ord[i] = i;
     qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_name, p->objs);
     int rc = 0;
+    for (size_t i = 0; i < p->nobj; i++) pthread_mutex_init(&p->objs[i].ix_mu, NULL);
+    p->ix_mu_made = 1;
     for (size_t i = 0; i < p->nobj && rc == 0; i++) {
         plan_obj *o = &p->objs[ord[i]];
         if (!o->local) rc = fetch_object(p->fs, o->bucket, o->key, o->g->object_len, (int64_t)i, &o->fid);
@@ -257,7 +263,8 @@ static int plan_indexed(dstl_restore *p)
             segread_index(g, buf, g->footer_offset, len, p->objs[o].uri, &ix, msg, sizeof msg);
         free(buf);
         rc = plan_cut_pieces(p, (int64_t)o, ix);
-        wire_index_free(ix);
+        p->objs[o].ix = ix;             /* the readers' too (planning runs before any reader) */
+        p->objs[o].ix_state = ix ? 1 : -1;
         if (rc == 0) rc = fetch_commit(p->fs, p->objs[o].fid);
         fetch_release(p->fs, p->objs[o].fid, g->footer_offset, len);     /* the planner's own use */
     }
@@ -295,7 +302,11 @@ static void plan_free(dstl_restore *p)
         }
         free(p->e[i].h);
     }
-    for (size_t o = 0; o < p->nobj; o++) free(p->objs[o].uri);
+    for (size_t o = 0; o < p->nobj; o++) {
+        free(p->objs[o].uri);
+        wire_index_free(p->objs[o].ix);
+        if (p->ix_mu_made) pthread_mutex_destroy(&p->objs[o].ix_mu);
+    }
     free(p->objs);
     free(p->e);
     u64map_destroy(&p->byhash);
@@ -421,13 +432,31 @@ dstl_storage *restore_storage(const dstl_restore *p) { return p->s; }
 
 int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg)
 {
-    int64_t o = p->e[entry].h[handle].seg_obj[seg];
-    return o < 0 ? -1 : (int64_t)p->objs[o].fid;
+    return p->e[entry].h[handle].seg_obj[seg];
 }
 
-int restore_read(dstl_restore *p, uint32_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
+int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
 {
-    return fetch_read(p->fs, obj, off, len, dst, msg, cap);
+    return fetch_read(p->fs, p->objs[obj].fid, off, len, dst, msg, cap);
+}
+
+const wire_index *restore_index(dstl_restore *p, int64_t obj)
+{
+    plan_obj *o = &p->objs[obj];
+    pthread_mutex_lock(&o->ix_mu);
+    if (o->ix_state == 0) {
+        const wire_seg_ref *g = o->g;
+        size_t len = (size_t)(g->object_len - g->footer_offset);
+        uint8_t *buf = malloc(len ? len : 1);
+        char msg[1200];
+        int rc = buf ? fetch_read(p->fs, o->fid, g->footer_offset, len, buf, msg, sizeof msg) : 0;
+        if (rc == 1) rc = segread_index(g, buf, g->footer_offset, len, o->uri, &o->ix, msg, sizeof msg) == 0 ? 1 : -1;
+        if (rc != 0) o->ix_state = rc;  /* 0: the plan does not hold the footer: a later reader tries again */
+        free(buf);
+    }
+    const wire_index *ix = o->ix_state == 1 ? o->ix : NULL;
+    pthread_mutex_unlock(&o->ix_mu);
+    return ix;
 }
 
 /* Drops the needs of pieces [done, end) of ph. Under mu. */

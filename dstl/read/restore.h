@@ -23,13 +23,19 @@ int restore_claim(dstl_restore *p, size_t entry, size_t handle, const wire_handl
 /* The storage the plan belongs to. */
 dstl_storage *restore_storage(const dstl_restore *p);
 
-/* The plan's object for segment seg of (entry, handle): its fetch id, or -1 when the plan
- * does not fetch it (a local copy, no remote, or the plan could not plan it). */
+/* The plan's object for segment seg of (entry, handle), or -1 when the plan does not fetch
+ * it (a local copy, no remote). */
 int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg);
 
-/* fetch_read of the plan's fetch set (fetch.h): 1 copied, 0 fetch it yourself, < 0 error
- * with its detail in msg. Blocking. */
-int restore_read(dstl_restore *p, uint32_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
+/* fetch_read of object obj's bytes (fetch.h): 1 copied, 0 fetch it yourself, < 0 error with
+ * its detail in msg. Blocking. */
+int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
+
+/* Object obj's index, parsed and checked (segread_index) once for all the plan's readers from
+ * the footer the plan fetched; valid until the plan closes; read-only (any thread). NULL when
+ * it cannot be had (the reader then reads the footer itself, and reports what is wrong).
+ * Blocking (the first call per object waits for the footer). */
+const wire_index *restore_index(dstl_restore *p, int64_t obj);
 
 /* The reader of (entry, handle) is done with every piece below piece_end: the plan drops
  * their bytes' uses. */
