@@ -656,3 +656,25 @@ Test(remote_restore, plan_readers_open_once_and_the_plan_closes_after_them)
     cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);
 }
+
+Test(remote_restore, objects_larger_than_the_bound_are_read_by_their_readers)
+{
+    /* a bound below every object: the plan holds nothing, each reader GETs what it needs */
+    job jb = {.nwriters = 4, .rounds = 2, .per_round = 300, .max_len = 400, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "4kb", NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    dstl_restore_stats st = rstats(p);
+    show("over the bound", &st);
+    cr_expect_eq(st.held_peak_bytes, 0);
+    cr_expect_gt(st.direct_reads, 0);
+    cr_expect_gt(st.bytes_fetched, 0, "the readers' own GETs are counted in the plan");
+    uint64_t files = 0, bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_expect_leq(bytes, 4096);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}

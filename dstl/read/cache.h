@@ -10,9 +10,9 @@
  * reader of all key groups serves later readers of any subset).
  *
  * Files: <dstl.cache.dir>/<run id>/<entry no>, one per cached object, plus <run id>.lock
- * (flock'ed while the storage is open). Each storage run caches only its own fetches; the
- * first insert of a run removes the directories of runs whose lock nobody holds (crashed
- * processes), so nothing piles up. Only bytes that passed their CRC check are inserted, and a
+ * (flock'ed while the storage is open). Each storage run caches only its own fetches; every
+ * storage open removes the directories of runs whose lock nobody holds (crashed or killed
+ * processes: cache_sweep), so nothing piles up. Only bytes that passed their CRC check are inserted, and a
  * reader checks cached bytes again as it reads them (every byte, every time).
  *
  * Eviction: an entry is referenced by each reader job using it (cache_acquire .. release) and

@@ -41,8 +41,8 @@
 #define FETCH_WHOLE_DEN 5u
 /* Gaps read through (each below the merge gap) add at most this share of an object's needed
  * bytes: the smallest gaps first. A reader of a few key groups of small sections (many gaps
- * below the merge gap) then fetches at most a quarter more than it needs, in fewer requests. */
-#define FETCH_GAP_SHARE_DEN 4u
+ * below the merge gap) then fetches at most an eighth more than it needs, in fewer requests. */
+#define FETCH_GAP_SHARE_DEN 8u
 
 typedef struct fetch_set fetch_set;
 

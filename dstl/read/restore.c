@@ -276,10 +276,21 @@ static int plan_indexed(dstl_restore *p)
 static int cache_reserve_hook(void *ctx, uint64_t bytes) { return cache_reserve(ctx, bytes); }
 static void cache_unreserve_hook(void *ctx, uint64_t bytes) { cache_unreserve(ctx, bytes); }
 
+/* A restore GET may be a whole object of many MB sharing the link with the plan's other GETs:
+ * its attempt gets dstl.upload.timeout plus the largest object's transfer at this rate per
+ * connection before a hedged twin starts (a hedge of a large GET that is merely sharing
+ * bandwidth only doubles the bytes). 20 MB/s is a slow share of a 1 Gbit/s link among 8. */
+#define FETCH_MIN_RATE_BYTES_PER_MS 20000u
+
 static int start_fetching(dstl_restore *p)
 {
     config_values cv = p->s->conf;
     cv.upload_connections = p->s->conf.recovery_connections;
+    uint64_t largest = 0;
+    for (size_t o = 0; o < p->nobj; o++)
+        if (!p->objs[o].local && p->objs[o].g->object_len > largest) largest = p->objs[o].g->object_len;
+    uint64_t t = cv.upload_timeout_ms + largest / FETCH_MIN_RATE_BYTES_PER_MS;
+    cv.upload_timeout_ms = t > UINT32_MAX ? UINT32_MAX : t;
     s3_client *cli;
     int rc = remote_client_new(&cv, &cli);
     if (rc < 0) return rc;
