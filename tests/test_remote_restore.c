@@ -322,6 +322,14 @@ Test(remote_restore, sixty_four_readers_fetch_each_object_once)
     cr_expect_eq(ss.restore_requests, st.get_requests);
     cr_expect_eq(ss.restore_bytes_fetched, st.bytes_fetched);
     cr_expect_geq(ss.remote_requests, st.get_requests);
+    /* what `dstl stats` prints: the Prometheus text's restore counters */
+    char *text = NULL, want[128];
+    cr_assert_eq(dstl_storage_metrics(s, &text), 0);
+    snprintf(want, sizeof want, "dstl_restore_requests_total %lu\n", (unsigned long)st.get_requests);
+    cr_expect(strstr(text, want), "no \"%s\" in the metrics", want);
+    snprintf(want, sizeof want, "dstl_restore_bytes_delivered_total %lu\n", (unsigned long)st.bytes_delivered);
+    cr_expect(strstr(text, want), "no \"%s\" in the metrics", want);
+    free(text);
     cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);
 }
