@@ -10,7 +10,7 @@
 #   recovery.wN.{mb_s,requests,first_record_ms}  the flat-out runs' last handles restored from
 #                                               S3 alone by one restore plan, every task at once
 #   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects;
-#                                               vs_raw = time of those GETs / time of the restore
+#                                               vs_raw = the restore's fetched MB/s / raw MB/s
 #   recovery.wN.requests_vs_objects             GETs / objects needed (all key groups read)
 #   recovery.small_get_p99_ms                   sequential GETs of a 4 KiB object
 #   recovery.wN.first_record_vs_get             first_record_ms / small_get_p99_ms
@@ -60,7 +60,7 @@ for n in 16 256 1024; do
   curl -sf --parallel --parallel-max 8 "${SIG[@]}" -K "$W/get.cfg" 2>/dev/null
   t1=$(date +%s.%N)
   echo "recovery.w$n.raw_get_mb_s $(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}') MB/s" | emit
-  awk -v a="$(val recovery.w$n.object_mb_s)" -v b="$(val recovery.w$n.raw_get_mb_s)" -v n="$n" \
+  awk -v a="$(val recovery.w$n.fetched_mb_s)" -v b="$(val recovery.w$n.raw_get_mb_s)" -v n="$n" \
     'BEGIN{printf "recovery.w%d.vs_raw %.3f x\n", n, b ? a/b : 0}' | emit
   awk -v a="$(val recovery.w$n.requests)" -v b="$(val recovery.w$n.objects)" -v n="$n" \
     'BEGIN{printf "recovery.w%d.requests_vs_objects %.3f x\n", n, b ? a/b : 0}' | emit

@@ -501,38 +501,83 @@ static void range_waiters(object *ob, uint64_t off, uint64_t end, int d)
     }
 }
 
-int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
+/* Waits while [off, end) of object id is queued or in flight; returns its state then
+ * (range_state), with *failed set for X_FAILED and *waited whether it waited. Under mu. */
+static int wait_range(fetch_set *f, object *ob, uint64_t off, uint64_t end, extent **failed, int *waited)
 {
-    uint64_t end = off + len;
-    int waited = 0, st;
-    extent *bad = NULL;
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    while ((st = range_state(ob, off, end, &bad)) == X_QUEUED) {
+    int st;
+    while ((st = range_state(ob, off, end, failed)) == X_QUEUED) {
         range_waiters(ob, off, end, 1);
         s3_client_wakeup(f->o.cli);
         pthread_cond_wait(&f->cv, &f->mu);
         range_waiters(ob, off, end, -1);
-        waited = 1;
+        *waited = 1;
     }
-    int rc = 0;
+    return st;
+}
+
+/* The outcome of a read in state st: counted; the error's detail into msg. Under mu. */
+static int read_outcome(fetch_set *f, int st, const extent *bad, int waited, size_t len, char *msg, size_t cap)
+{
     if (st == X_FAILED) {
-        rc = bad->err;
         snprintf(msg, cap, "%s", bad->msg);
-    } else if (st == X_READY) {
-        for (size_t k = 0; k < ob->next; k++) {
-            const extent *x = ob->ext[k];
-            if (x->off >= end || x->off + x->len <= off) continue;
-            uint64_t a = x->off > off ? x->off : off, b = x->off + x->len < end ? x->off + x->len : end;
-            memcpy((uint8_t *)dst + (a - off), x->buf + (a - x->off), (size_t)(b - a));
-        }
-        f->st.bytes_delivered += len;
-        if (waited) f->st.waits++;
-        else f->st.hits++;
-        rc = 1;
-    } else {
-        f->st.declined++;
+        return bad->err;
     }
+    if (st != X_READY) {
+        f->st.declined++;
+        return 0;
+    }
+    f->st.bytes_delivered += len;
+    if (waited) f->st.waits++;
+    else f->st.hits++;
+    return 1;
+}
+
+int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
+{
+    uint64_t end = off + len;
+    int waited = 0;
+    extent *bad = NULL;
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    int st = wait_range(f, ob, off, end, &bad, &waited);
+    int rc = read_outcome(f, st, bad, waited, len, msg, cap);
+    /* the pieces to copy; their bytes stay while the caller holds a use of the range, so
+     * the copy runs outside the lock (readers copy in parallel) */
+    enum { MAX_PIECES = 16 };
+    const uint8_t *src[MAX_PIECES];
+    uint64_t at[MAX_PIECES], n[MAX_PIECES];
+    size_t np = 0;
+    for (size_t k = 0; rc == 1 && k < ob->next; k++) {
+        const extent *x = ob->ext[k];
+        if (x->off >= end || x->off + x->len <= off) continue;
+        uint64_t a = x->off > off ? x->off : off, b = x->off + x->len < end ? x->off + x->len : end;
+        if (np == MAX_PIECES) {             /* a range over very many extents: copy under the lock */
+            memcpy((uint8_t *)dst + (a - off), x->buf + (a - x->off), (size_t)(b - a));
+            continue;
+        }
+        src[np] = x->buf + (a - x->off);
+        at[np] = a - off;
+        n[np++] = b - a;
+    }
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < np; i++) memcpy((uint8_t *)dst + at[i], src[i], (size_t)n[i]);
+    return rc;
+}
+
+int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap)
+{
+    uint64_t end = off + len;
+    int waited = 0;
+    extent *bad = NULL;
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    int st = wait_range(f, ob, off, end, &bad, &waited);
+    const extent *one = NULL;
+    for (size_t k = 0; st == X_READY && k < ob->next && !one; k++)
+        if (ob->ext[k]->off <= off && ob->ext[k]->off + ob->ext[k]->len >= end) one = ob->ext[k];
+    int rc = st == X_READY && !one ? 0 : read_outcome(f, st, bad, waited, len, msg, cap);
+    if (rc == 1) *out = one->buf + (off - one->off);
     pthread_mutex_unlock(&f->mu);
     return rc;
 }

@@ -84,8 +84,14 @@ void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 
 /* Copies [off, off + len) of object id into dst. Returns 1 (copied), 0 (not held: the caller
  * fetches it itself), or the GET's error with its detail in msg ("s3://bucket/key: ...").
- * Blocks while the extents are queued or in flight. */
+ * Blocks while the extents are queued or in flight. The caller holds a use of the range
+ * (the copy runs outside the set's lock). */
 int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
+
+/* As fetch_read, without the copy: when [off, off + len) lies in one extent, *out points at
+ * its bytes, valid while the caller holds a use of the range (fetch_need .. fetch_release).
+ * 0 also when the range spans extents (the caller copies with fetch_read). Blocking. */
+int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap);
 
 void fetch_get_stats(fetch_set *f, fetch_stats *out);
 

@@ -101,6 +101,7 @@ struct job {
     s3_op *ops[2];
     get_ctx gctx[2];
     uint8_t *buf;                   /* this stage's bytes: object offsets [buf_off, buf_off + buf_len) */
+    int buf_borrowed;               /* buf points into the restore plan's bytes (not freed here) */
     uint64_t buf_off;
     size_t buf_len;
     int nparts;                     /* the ranges to fill in buf (object offsets) */
@@ -371,6 +372,13 @@ static void stage_run(job *j)
 static int refetch_uncached(job *j)
 {
     if (!j->cached || j->no_cache) return 0;
+    if (j->buf_borrowed) {              /* the plan's bytes are read-only: fetch into our own */
+        j->buf_borrowed = 0;
+        if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
+            job_fail(j, -ENOMEM, "segment %s: out of memory for %zu bytes", j->where, j->buf_len);
+            return 1;
+        }
+    }
     cache_invalidate(j->r->cache, j->ce);
     j->no_cache = 1;
     stage_run(j);
@@ -409,6 +417,29 @@ static void footer_done(job *j)
     section_begin(j);
 }
 
+static void section_done(job *j);
+
+/* A plan's section bytes without a copy, when they lie in one of its extents: 1 when that
+ * settled the stage (done, or failed), 0 to fill the buffer the usual way. */
+static int section_borrow(job *j)
+{
+    if (j->no_cache) return 0;
+    const uint8_t *b = NULL;
+    char msg[sizeof j->errmsg];
+    int rc = restore_borrow(j->r->plan, j->pobj, j->buf_off, j->buf_len, &b, msg, sizeof msg);
+    if (rc == 0) return 0;
+    if (rc < 0) {
+        job_fail(j, rc, "%s", msg);
+        return 1;
+    }
+    j->buf = (uint8_t *)b;              /* read only: the iterator reads, never writes */
+    j->buf_borrowed = 1;
+    j->cached = (1u << j->nparts) - 1;  /* checked like cached bytes: refetched from S3 if bad */
+    j->fetched = 0;
+    section_done(j);
+    return 1;
+}
+
 static void section_begin(job *j)
 {
     dstl_reader *r = j->r;
@@ -428,11 +459,12 @@ static void section_begin(job *j)
     }
     j->buf_off = n ? off[0] : sec->offset;
     j->buf_len = n ? (size_t)(off[n - 1] + len[n - 1] - off[0]) : 0;
+    j->state = J_SECTION;
+    if (j->pobj >= 0 && n && section_borrow(j)) return;
     if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
         job_fail(j, -ENOMEM, "segment %s section %u: out of memory for %zu bytes", j->where, p->section, j->buf_len);
         return;
     }
-    j->state = J_SECTION;
     stage_run(j);
 }
 
@@ -540,7 +572,7 @@ static void job_clear(dstl_reader *r, job *j)
 {
     wire_iter_free(j->it);
     if (!j->ix_shared) wire_index_free(j->ix);
-    free(j->buf);
+    if (!j->buf_borrowed) free(j->buf);
     free(j->tail);
     cache_release(r->cache, j->ce);
     *j = (job){0};

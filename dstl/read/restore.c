@@ -451,6 +451,12 @@ int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *d
     return fetch_read(p->fs, p->objs[obj].fid, off, len, dst, msg, cap);
 }
 
+int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const uint8_t **out, char *msg,
+                   size_t cap)
+{
+    return fetch_borrow(p->fs, p->objs[obj].fid, off, len, out, msg, cap);
+}
+
 const wire_index *restore_index(dstl_restore *p, int64_t obj)
 {
     plan_obj *o = &p->objs[obj];

@@ -31,6 +31,11 @@ int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint3
  * its detail in msg. Blocking. */
 int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
 
+/* fetch_borrow of object obj's bytes: *out points into the plan's bytes, valid until the
+ * reader's piece is done (restore_pieces_done). 1, 0 (copy or fetch it yourself), < 0. */
+int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const uint8_t **out, char *msg,
+                   size_t cap);
+
 /* Object obj's index, parsed and checked (segread_index) once for all the plan's readers from
  * the footer the plan fetched; valid until the plan closes; read-only (any thread). NULL when
  * it cannot be had (the reader then reads the footer itself, and reports what is wrong).
