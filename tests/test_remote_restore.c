@@ -34,6 +34,7 @@
 #include "helpers_remote.h"
 #include "payload.h"
 #include "dstl/handle.h"
+#include "dstl/remote/remote.h"
 #include "dstl/seams.h"
 #include "wire/wire.h"
 
@@ -683,6 +684,37 @@ Test(remote_restore, objects_larger_than_the_bound_are_read_by_their_readers)
     uint64_t files = 0, bytes = 0;
     dir_usage(cdir, &files, &bytes);
     cr_expect_leq(bytes, 4096);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+Test(remote_restore, corrupted_object_is_ecorrupt_naming_it)
+{
+    job jb = {.nwriters = 1, .rounds = 1, .per_round = 300, .max_len = 200, .persist_delay = "0"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    const wire_seg_ref *g = &jb.last[0]->wh->segs[0];
+    remote_loc loc;
+    char key[1024];
+    cr_assert_eq(remote_parse_uri(fx.uri, "test", &loc), 0);
+    cr_assert_eq(remote_key(&loc, g->name, key, sizeof key), 0);
+    uint8_t *buf = malloc(g->object_len);
+    s3_result res;
+    cr_assert_eq(s3_get_object_sync(fx.s3, fx.bucket, key, 0, buf, g->object_len, &res), 0, "%s", res.error);
+    buf[WIRE_SEG_HEADER_LEN + 40] ^= 0x40;             /* inside the first section */
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, key, buf, g->object_len, false, &res), 0, "%s", res.error);
+    free(buf);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &r), 0);
+    dstl_record rec;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {}
+    cr_expect_eq(rc, DSTL_ECORRUPT, "%d: %s", rc, dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), key), "the error names the object: %s", dstl_last_error());
+    dstl_reader_close(r);
     cr_assert_eq(dstl_restore_close(p), 0);
     cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);

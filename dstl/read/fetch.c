@@ -516,6 +516,15 @@ static int wait_range(fetch_set *f, object *ob, uint64_t off, uint64_t end, exte
     return st;
 }
 
+/* Takes mu and waits for [off, end) of object id (wait_range); returns the object, mu held. */
+static object *lock_range(fetch_set *f, uint32_t id, uint64_t off, uint64_t end, int *st, extent **bad, int *waited)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    *st = wait_range(f, ob, off, end, bad, waited);
+    return ob;
+}
+
 /* The outcome of a read in state st: counted; the error's detail into msg. Under mu. */
 static int read_outcome(fetch_set *f, int st, const extent *bad, int waited, size_t len, char *msg, size_t cap)
 {
@@ -536,11 +545,9 @@ static int read_outcome(fetch_set *f, int st, const extent *bad, int waited, siz
 int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
 {
     uint64_t end = off + len;
-    int waited = 0;
+    int waited = 0, st;
     extent *bad = NULL;
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    int st = wait_range(f, ob, off, end, &bad, &waited);
+    object *ob = lock_range(f, id, off, end, &st, &bad, &waited);
     int rc = read_outcome(f, st, bad, waited, len, msg, cap);
     /* the pieces to copy; their bytes stay while the caller holds a use of the range, so
      * the copy runs outside the lock (readers copy in parallel) */
@@ -568,11 +575,9 @@ int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, c
 int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap)
 {
     uint64_t end = off + len;
-    int waited = 0;
+    int waited = 0, st;
     extent *bad = NULL;
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    int st = wait_range(f, ob, off, end, &bad, &waited);
+    object *ob = lock_range(f, id, off, end, &st, &bad, &waited);
     const extent *one = NULL;
     for (size_t k = 0; st == X_READY && k < ob->next && !one; k++)
         if (ob->ext[k]->off <= off && ob->ext[k]->off + ob->ext[k]->len >= end) one = ob->ext[k];
