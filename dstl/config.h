@@ -51,6 +51,7 @@ typedef struct {
     const char *cache_dir;               /* "" = <local_dir>/cache */
     uint64_t cache_max_size_bytes;
     uint64_t cache_idle_timeout_ms;
+    uint32_t recovery_connections;       /* dstl.recovery.connections */
     const char *metrics_file;            /* "" = none */
 } config_values;
 

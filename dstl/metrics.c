@@ -133,6 +133,12 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.key_reloads = s->keys.reloads;
     st.key_reload_failures = s->keys.reload_failures;
     pthread_mutex_unlock(&s->keys.mu);
+    st.restores = atomic_load_explicit(&rd->restores, memory_order_relaxed);
+    st.restore_objects_fetched = atomic_load_explicit(&rd->restore_objects_fetched, memory_order_relaxed);
+    st.restore_requests = atomic_load_explicit(&rd->restore_requests, memory_order_relaxed);
+    st.restore_bytes_fetched = atomic_load_explicit(&rd->restore_bytes_fetched, memory_order_relaxed);
+    st.restore_bytes_delivered = atomic_load_explicit(&rd->restore_bytes_delivered, memory_order_relaxed);
+    st.restore_cache_hits = atomic_load_explicit(&rd->restore_cache_hits, memory_order_relaxed);
     *out = st;
     return 0;
 }
@@ -179,6 +185,22 @@ static int metrics_format(dstl_storage *s, char **text)
     counter(&b, "dstl_key_reloads_total", "Changed key files re-read and taken.", st.key_reloads);
     counter(&b, "dstl_key_reload_failures_total", "Key file re-reads that failed (previous keys kept).",
             st.key_reload_failures);
+    /* restore plans (closed ones), from one table */
+    const struct {
+        const char *name, *help;
+        uint64_t v;
+    } restore[] = {
+        {"dstl_restores_total", "Restore plans closed.", st.restores},
+        {"dstl_restore_objects_fetched_total", "Objects restore plans fetched from.", st.restore_objects_fetched},
+        {"dstl_restore_requests_total", "GET attempts of restore plans and their readers.", st.restore_requests},
+        {"dstl_restore_bytes_fetched_total", "Response bytes of those GETs.", st.restore_bytes_fetched},
+        {"dstl_restore_bytes_delivered_total", "Bytes restore readers took from what their plan fetched.",
+         st.restore_bytes_delivered},
+        {"dstl_restore_cache_hits_total", "Restore reads served from bytes the plan already held.",
+         st.restore_cache_hits},
+    };
+    for (size_t i = 0; i < sizeof restore / sizeof restore[0]; i++)
+        counter(&b, restore[i].name, restore[i].help, restore[i].v);
     gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
     gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
     histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,

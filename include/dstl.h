@@ -248,6 +248,70 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
 int dstl_reader_next(dstl_reader *r, dstl_record *rec);
 void dstl_reader_close(dstl_reader *r);
 
+/* ---- restoring a whole job at once: restore plans; thread-safe -----------------------------
+ * When a job restarts, all its tasks restore at the same moment, and their handles share
+ * segments (one segment holds many writers' sections). A restore plan tells the storage up
+ * front what every reader of the process will read — one entry per reader: its handles and
+ * its key-group range — so that each needed byte range of each object is fetched once for
+ * all of them:
+ *  - whole objects when most of an object is needed (3/4), coalesced ranged GETs otherwise
+ *    (ranges closer than 64 KiB are read as one); for a reader whose key-group range cuts a
+ *    section (after a rescale) only the runs of its key groups, the meta run and the footer;
+ *  - in parallel, up to dstl.recovery.connections GETs, earliest segments first, while
+ *    readers consume: a reader blocks only until the bytes of its current piece are in;
+ *  - held in memory within dstl.cache.max-size (shared with the reader cache), each range
+ *    until every reader that needs it has passed it. A range that does not fit, or was already
+ *    given up, is fetched by the reader that needs it on its own: eviction never breaks a
+ *    reader, and the bound always holds;
+ *  - a segment whose local copy (dstl.local.dir) has the handle's length is not fetched: its
+ *    readers read the local copy, verified, and fall back to the object, per segment, when the
+ *    copy is bad (as dstl_reader_open does).
+ * Readers of a plan yield exactly what dstl_reader_open gives for the same handle and range,
+ * verified the same way. The per-reader path (dstl_reader_open) keeps working alongside.
+ */
+typedef struct dstl_restore dstl_restore;
+
+typedef struct {
+    const dstl_handle *const *handles;  /* the handles one reader (task) restores */
+    size_t nhandles;
+    uint32_t key_group_first, key_group_last;   /* the reader's key groups, inclusive */
+} dstl_restore_entry;
+
+/* Per restore (dstl_restore_get_stats); added to dstl_stats' restore_* fields at dstl_restore_close. */
+typedef struct {
+    uint64_t objects;           /* distinct remote objects the plan's handles name */
+    uint64_t object_bytes;      /* their total length */
+    uint64_t local_segments;    /* of which a local copy of the right length is read instead */
+    uint64_t objects_fetched;   /* objects some GET of the plan read from */
+    uint64_t get_requests;      /* GET attempts: the plan's and its readers' own (retries, hedges too) */
+    uint64_t bytes_fetched;     /* response bytes of those GETs */
+    uint64_t bytes_delivered;   /* bytes readers took from what the plan fetched */
+    uint64_t cache_hits;        /* reads served from bytes the plan already held (no wait) */
+    uint64_t direct_reads;      /* reads the plan left to the reader's own GET (over the bound,
+                                   already released, or never planned) */
+    uint64_t held_bytes, held_peak_bytes;   /* fetched bytes held in memory now / at most */
+} dstl_restore_stats;
+
+/* Plans a restore of n entries (n >= 1; every handle non-NULL; first <= last) and starts
+ * fetching. The handles are copied: the caller may free them. Blocking: when an entry's range
+ * cuts a section, the footers of those segments are fetched (in parallel) before it returns.
+ * Returns 0, -EINVAL (bad arguments, detail names the entry), -ENOMEM, DSTL_ECONFIG (a
+ * handle's remote URI), or the S3 client's error. */
+int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t n, dstl_restore **out);
+
+/* A reader of handle `handle` of entry `entry` over the entry's key groups, fed by the plan
+ * (dstl_reader_next / dstl_reader_close as for any reader; one thread at a time). Each
+ * (entry, handle) may be opened once. -EINVAL for indices out of range, -EBUSY when already
+ * opened. */
+int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out);
+
+/* The plan's counters now. */
+int dstl_restore_get_stats(dstl_restore *p, dstl_restore_stats *out);
+
+/* Stops the plan's fetches and frees it; adds its counters to the storage's. Readers opened
+ * from it must be closed first, else -EBUSY and nothing is freed. Accepts NULL. */
+int dstl_restore_close(dstl_restore *p);
+
 /* ---- cleanup across crashes and runs ------------------------------------------------------ */
 typedef struct {
     uint64_t scanned, deleted, kept_live, kept_young, bytes_deleted;
@@ -288,6 +352,9 @@ typedef struct {
                                      * was unusable (bad CRC, wrong length, unreadable) */
     uint64_t key_reloads;           /* times a changed key file was re-read and taken */
     uint64_t key_reload_failures;   /* re-reads that failed (the previous keys stayed in use) */
+    /* restore plans, summed over those closed (dstl_restore_stats has each one's) */
+    uint64_t restores, restore_objects_fetched, restore_requests;
+    uint64_t restore_bytes_fetched, restore_bytes_delivered, restore_cache_hits;
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

@@ -7,16 +7,24 @@
  *   bench_remote load DIR BUCKET N SECONDS RATE_MB_S KEYS_FILE
  *       N writers (on up to 8 threads) with dstl.durability remote: each appends 1 KiB
  *       records and persists every 100 ms (as a checkpoint interval), materializing every
- *       second; RATE_MB_S 0 appends flat out (remote.wN.mb_s), else offers that load in all
+ *       second (writer i owns key groups [16 i, 16 i + 15], one record for each per round);
+ *       RATE_MB_S 0 appends flat out (remote.wN.mb_s), else offers that load in all
  *       (remote.wN.requests_s, persist_p50/p99_us). At the end every writer persists from its
- *       last materialization; those handles are read back with the local dir deleted, by 8
- *       readers in parallel (recovery.wN.mb_s), and the keys of the objects they name go to
- *       KEYS_FILE ("" for none) for the raw-GET peer (perf/remote.sh).
+ *       last materialization; on the flat-out runs those handles are restored with the local
+ *       dir deleted, as a restarted job restores: one restore plan, one entry (task) per
+ *       handle, every reader at once on up to 64 threads (recovery.wN.mb_s, .object_mb_s,
+ *       .requests, .first_record_ms); the keys of the objects they name go to KEYS_FILE ("" for
+ *       none) for the raw-GET peer (perf/remote.sh). With `rescale`, four more storages (four
+ *       new tasks after a rescale) each restore a quarter of the key groups from the handles
+ *       of the old writers whose ranges meet it:
+ *       recovery.rescale4.bytes_ratio = the largest one's bytes fetched / a quarter of the
+ *       full restore's.
  *   bench_remote put DIR BUCKET SIZE COUNT
  *       COUNT sequential PUTs of SIZE bytes with the same client: remote.put_p50/p99_us.
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +36,10 @@
 #include "dstl/histo.h"
 #include "dstl/remote/remote.h"
 #include "tests/payload.h"
+
+/* Each writer owns a range of this many key groups (as a task of a keyed operator does: its
+ * share of the job's max parallelism), and its records cycle through them. */
+#define KG_PER_WRITER 16u
 
 static double now_s(void)
 {
@@ -96,7 +108,8 @@ static void *load_thread(void *arg)
     while (now_s() < j->end) {
         for (int i = 0; i < j->nw; i++) {
             for (int k = 0; k < 16; k++)
-                if (dstl_append(j->w[i], (uint32_t)k, rec, sizeof rec) < 0) die("append");
+                if (dstl_append(j->w[i], KG_PER_WRITER * (uint32_t)(j->first + i) + (uint32_t)k, rec, sizeof rec) < 0)
+                    die("append");
             j->bytes += 16 * sizeof rec;
         }
         double t = now_s();
@@ -120,7 +133,9 @@ static void *load_thread(void *arg)
                 }
                 prev[i] = h;
             }
-            if (cp % 10 == 0) {                    /* materialize once a second */
+            /* materialize once a second, but not in the last 1.5 s: the final handles (what
+             * recovery reads) then cover 1-2 s of changes, not a random 0-1 s */
+            if (cp % 10 == 0 && t < j->end - 1.5) {
                 mat[i] = dstl_writer_next_seq(j->w[i]);
                 dstl_truncate(j->w[i], mat[i]);
             }
@@ -150,10 +165,13 @@ static void *load_thread(void *arg)
     return NULL;
 }
 
+/* ---- recovery: a whole job restoring at once through one restore plan ---- */
+
 typedef struct {
-    dstl_storage *s;
-    dstl_handle **h;
-    int n, first, step;
+    dstl_restore *p;
+    int n, first, step;         /* the readers (plan entries) first, first + step, ... */
+    double t0;
+    _Atomic uint64_t *first_ns;  /* the first record of any reader, ns after t0 (0: none yet) */
     uint64_t bytes;
 } rec_job;
 
@@ -164,16 +182,117 @@ static void *recover_thread(void *arg)
         dstl_reader *r;
         dstl_record rec;
         int rc;
-        if (dstl_reader_open(j->s, j->h[i], 0, 15, &r) < 0) die("reader");
-        while ((rc = dstl_reader_next(r, &rec)) == 1) j->bytes += rec.len;
+        if (dstl_restore_reader_open(j->p, (size_t)i, 0, &r) < 0) die("reader");
+        while ((rc = dstl_reader_next(r, &rec)) == 1) {
+            if (j->bytes == 0 && atomic_load_explicit(j->first_ns, memory_order_relaxed) == 0) {
+                uint64_t ns = (uint64_t)((now_s() - j->t0) * 1e9), zero = 0;
+                atomic_compare_exchange_strong(j->first_ns, &zero, ns ? ns : 1);
+            }
+            j->bytes += rec.len;
+        }
         if (rc < 0) die("recovery read");
         dstl_reader_close(r);
     }
     return NULL;
 }
 
+typedef struct {
+    double secs, first_ms;
+    uint64_t record_bytes;
+    dstl_restore_stats st;
+} restore_result;
+
+/* Restores the n handles over [kgf, kgl] through one plan: one entry per handle (a task each)
+ * when per_task, else one entry holding them all (one rescaled task); up to 64 threads read
+ * the entries' readers at once. */
+static restore_result restore_once(dstl_storage *s, dstl_handle **h, int n, int per_task, uint32_t kgf, uint32_t kgl)
+{
+    dstl_restore_entry *e = calloc((size_t)n, sizeof *e);
+    int ne = per_task ? n : 1;
+    for (int i = 0; i < ne; i++)
+        e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[per_task ? i : 0], per_task ? 1 : (size_t)n, kgf, kgl};
+    restore_result res = {0};
+    _Atomic uint64_t first_ns = 0;
+    double t0 = now_s();
+    dstl_restore *p;
+    if (dstl_restore_plan(s, e, (size_t)ne, &p) < 0) die("restore plan");
+    if (per_task) {
+        size_t nt = n < 64 ? (size_t)n : 64;
+        rec_job *rj = calloc(nt, sizeof *rj);
+        pthread_t *rt = calloc(nt, sizeof *rt);
+        for (size_t t = 0; t < nt; t++) {
+            rj[t] = (rec_job){p, n, (int)t, (int)nt, t0, &first_ns, 0};
+            pthread_create(&rt[t], NULL, recover_thread, &rj[t]);
+        }
+        for (size_t t = 0; t < nt; t++) {
+            pthread_join(rt[t], NULL);
+            res.record_bytes += rj[t].bytes;
+        }
+        free(rj);
+        free(rt);
+    } else {
+        for (int i = 0; i < n; i++) {
+            dstl_reader *r;
+            dstl_record rec;
+            int rc;
+            if (dstl_restore_reader_open(p, 0, (size_t)i, &r) < 0) die("reader");
+            while ((rc = dstl_reader_next(r, &rec)) == 1) res.record_bytes += rec.len;
+            if (rc < 0) die("rescaled read");
+            dstl_reader_close(r);
+        }
+    }
+    res.secs = now_s() - t0;
+    res.first_ms = (double)atomic_load(&first_ns) / 1e6;
+    dstl_restore_get_stats(p, &res.st);
+    if (dstl_restore_close(p) < 0) die("restore close");
+    free(e);
+    return res;
+}
+
+/* The recovery lines of n writers' last handles: a fresh storage on dir (the local dir was
+ * deleted), every task restoring at once; with rescale, four more storages (four new tasks)
+ * each restoring a quarter of the key groups of every handle. */
+static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, int n, int rescale)
+{
+    dstl_storage *s;
+    if (dstl_storage_open(c, &s) < 0) die("reopen");
+    uint32_t nkg = KG_PER_WRITER * (uint32_t)n;
+    restore_result r = restore_once(s, last, n, 1, 0, nkg - 1);
+    dstl_storage_close(s);
+    printf("recovery.w%d.mb_s %.1f MB/s\n", n, (double)r.record_bytes / r.secs / 1e6);
+    printf("recovery.w%d.fetched_mb_s %.1f MB/s\n", n, (double)r.st.bytes_fetched / r.secs / 1e6);
+    printf("recovery.w%d.object_mb_s %.1f MB/s\n", n, (double)r.st.object_bytes / r.secs / 1e6);
+    printf("recovery.w%d.objects %" PRIu64 " objects\n", n, r.st.objects);
+    printf("recovery.w%d.object_bytes %" PRIu64 " B\n", n, r.st.object_bytes);
+    printf("recovery.w%d.requests %" PRIu64 " GETs\n", n, r.st.get_requests);
+    printf("recovery.w%d.requests_per_object %.3f x\n", n,
+           r.st.objects ? (double)r.st.get_requests / (double)r.st.objects : 0.0);
+    printf("recovery.w%d.first_record_ms %.1f ms\n", n, r.first_ms);
+    printf("recovery.w%d.held_peak_mb %.1f MB\n", n, (double)r.st.held_peak_bytes / 1e6);
+    if (!rescale) return;
+    double worst = 0;
+    for (int q = 0; q < 4; q++) {
+        char sub[4200], cmd[4300];
+        snprintf(sub, sizeof sub, "%s-task%d", dir, q);
+        dstl_config *qc;
+        if (config_clone(c, &qc) < 0 || dstl_config_set(qc, "dstl.local.dir", sub) < 0) die("task config");
+        if (dstl_storage_open(qc, &s) < 0) die("task open");
+        /* the new task's key groups, and the old writers' handles whose ranges meet them */
+        uint32_t kgf = (uint32_t)q * nkg / 4, kgl = (uint32_t)(q + 1) * nkg / 4 - 1;
+        int h0 = (int)(kgf / KG_PER_WRITER), h1 = (int)(kgl / KG_PER_WRITER);
+        restore_result rq = restore_once(s, last + h0, h1 - h0 + 1, 0, kgf, kgl);
+        dstl_storage_close(s);
+        dstl_config_free(qc);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
+        if (system(cmd) != 0) die("rm task dir");
+        double ratio = (double)rq.st.bytes_fetched / ((double)r.st.bytes_fetched / 4);
+        if (ratio > worst) worst = ratio;
+    }
+    printf("recovery.rescale4.bytes_ratio %.3f x\n", worst);
+}
+
 static int bench_load(const char *dir, const char *bucket, int n, double secs, double rate_mb_s,
-                      const char *keys_file)
+                      const char *keys_file, int rescale)
 {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "bench-w%d-%d", n, (int)getpid());
@@ -198,7 +317,8 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
         for (int i = 0; i < j->nw; i++) {
             char id[32];
             snprintf(id, sizeof id, "w%d", first + i);
-            if (dstl_writer_open(s, id, 0, 15, &j->w[i]) < 0) die("writer");
+            uint32_t kg0 = KG_PER_WRITER * (uint32_t)(first + i);
+            if (dstl_writer_open(s, id, kg0, kg0 + KG_PER_WRITER - 1, &j->w[i]) < 0) die("writer");
         }
         first += j->nw;
     }
@@ -243,30 +363,8 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) die("rm local dir");
-    if (dstl_storage_open(c, &s) < 0) die("reopen");
     FILE *kf = keys_file && *keys_file ? fopen(keys_file, "w") : NULL;
-    /* as a restarted job recovers: its tasks in parallel (8 readers, as many as the
-     * client's connections) */
-    rec_job rj[8];
-    pthread_t rt[8];
-    int nr = n < 8 ? n : 8;
-    double r0 = now_s();
-    for (int t = 0; t < nr; t++) {
-        rj[t] = (rec_job){s, last, n, t, nr, 0};
-        pthread_create(&rt[t], NULL, recover_thread, &rj[t]);
-    }
-    uint64_t rbytes = 0;
-    for (int t = 0; t < nr; t++) {
-        pthread_join(rt[t], NULL);
-        rbytes += rj[t].bytes;
-    }
-    double rel = now_s() - r0;
-    dstl_stats rs;
-    dstl_storage_stats(s, &rs);
-    if (rate_mb_s <= 0) {
-        printf("recovery.w%d.mb_s %.1f MB/s\n", n, (double)rbytes / rel / 1e6);
-        printf("recovery.w%d.fetched_mb_s %.1f MB/s\n", n, (double)rs.remote_bytes_read / rel / 1e6);
-    }
+    bench_recover(c, dir, last, n, rescale);
     if (kf) {
         /* the objects the last handles name (each once), for the raw GET peer */
         remote_loc loc;
@@ -287,7 +385,6 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     }
     for (int i = 0; i < n; i++) dstl_handle_free(last[i]);
     free(last);
-    dstl_storage_close(s);
     dstl_config_free(c);
     free(jobs);
     free(th);
@@ -327,9 +424,10 @@ static int bench_put(const char *bucket, size_t size, int count)
 
 int main(int argc, char **argv)
 {
-    if (argc == 8 && !strcmp(argv[1], "load"))
-        return bench_load(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7]);
+    if ((argc == 8 || argc == 9) && !strcmp(argv[1], "load"))
+        return bench_load(argv[2], argv[3], atoi(argv[4]), atof(argv[5]), atof(argv[6]), argv[7],
+                          argc == 9 && !strcmp(argv[8], "rescale"));
     if (argc == 6 && !strcmp(argv[1], "put")) return bench_put(argv[3], (size_t)atol(argv[4]), atoi(argv[5]));
-    fprintf(stderr, "usage: bench_remote load DIR BUCKET N SECONDS RATE_MB_S KEYS_FILE | put DIR BUCKET SIZE COUNT\n");
+    fprintf(stderr, "usage: bench_remote load DIR BUCKET N SECONDS RATE_MB_S KEYS_FILE [rescale] | put DIR BUCKET SIZE COUNT\n");
     return 2;
 }

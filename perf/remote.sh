@@ -7,12 +7,21 @@
 #   remote.requests_flatness                    w1024 requests/s / w16 requests/s
 #   remote.put_p99_us                           bare PUTs of the median segment size
 #   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
-#   recovery.mb_s, recovery.raw_get_mb_s, recovery.vs_raw   handles read back from S3 alone vs
-#                                               curl GETs of the same objects
+#   recovery.wN.{mb_s,requests,first_record_ms}  the flat-out runs' last handles restored from
+#                                               S3 alone by one restore plan, every task at once
+#   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects;
+#                                               vs_raw = the restore's fetched MB/s / raw MB/s
+#   recovery.wN.requests_vs_objects             GETs / objects needed (all key groups read)
+#   recovery.small_get_p99_ms                   sequential GETs of a 4 KiB object
+#   recovery.wN.first_record_vs_get             first_record_ms / small_get_p99_ms
+#   recovery.rescale4.bytes_ratio               (w256) four quarter-key-group tasks, each in its
+#                                               own storage: the largest bytes fetched / (full / 4)
+#   recovery.mb_s, recovery.raw_get_mb_s, recovery.vs_raw   the w256 values (earlier names)
 #   remote.w256.enc_mb_s, recovery.w256.enc_mb_s, recovery.enc_vs_plain
 #                                               the flat-out w256 run and its recovery with
 #                                               encryption at rest, against a plain run made
 #                                               just before it
+# DSTL_PERF_RECOVERY_ONLY=1 runs just the flat-out runs and the recovery lines.
 set -euo pipefail
 B=${1:?usage: perf/remote.sh BUILD_DIR}
 : "${S3_ENDPOINT:?}" "${S3_ACCESS_KEY:?}" "${S3_SECRET_KEY:?}"
@@ -27,10 +36,13 @@ out="$W/lines"; : > "$out"
 emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
 RATE=${DSTL_PERF_REMOTE_RATE_MB_S:-20}   # offered load for the rate and latency lines
+ONLY=${DSTL_PERF_RECOVERY_ONLY:-0}
 for n in 16 256 1024; do
-  "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" 0 "$W/keys$n" | emit
-  "$B/perf/bench_remote" load "$W/r$n" "$BUCKET" "$n" "$SECS" "$RATE" "" | emit
+  extra=(); [ "$n" = 256 ] && extra=(rescale)
+  "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" 0 "$W/keys$n" "${extra[@]}" | emit
+  [ "$ONLY" = 1 ] || "$B/perf/bench_remote" load "$W/r$n" "$BUCKET" "$n" "$SECS" "$RATE" "" | emit
 done
+if [ "$ONLY" != 1 ]; then
 seg=$(val remote.w256.segment_mean_bytes); seg=${seg%.*}; seg=${seg:-1048576}
 "$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 50 | emit
 python3 - "$(val remote.w1024.requests_s)" "$(val remote.w16.requests_s)" "$(val remote.w256.persist_p99_us)" \
@@ -40,19 +52,37 @@ r1024, r16, p99, put = (float(x or 'nan') for x in sys.argv[1:5])
 print(f"remote.requests_flatness {r1024 / r16:.3f} x")
 print(f"remote.p99_vs_put {(p99 - 10000) / put:.3f} x")
 PY
-# raw GETs of the objects the w256 recovery read, 8 at a time (the client's connections)
-: > "$W/get.cfg"; total=0
-while read -r key size; do
-  printf 'url = "%s/%s/%s"\noutput = "/dev/null"\n' "$S3_ENDPOINT" "$BUCKET" "$key" >> "$W/get.cfg"
-  total=$((total + size))
-done < "$W/keys256"
-t0=$(date +%s.%N)
-curl -sf --parallel --parallel-max 8 "${SIG[@]}" -K "$W/get.cfg"
-t1=$(date +%s.%N)
-raw=$(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}')
+fi
+# raw GETs of the objects each recovery read, 8 at a time (the plan's connections)
+for n in 16 256 1024; do
+  : > "$W/get.cfg"; total=0
+  while read -r key size; do
+    printf 'url = "%s/%s/%s"\noutput = "/dev/null"\n' "$S3_ENDPOINT" "$BUCKET" "$key" >> "$W/get.cfg"
+    total=$((total + size))
+  done < "$W/keys$n"
+  t0=$(date +%s.%N)
+  curl -sf --parallel --parallel-max 8 "${SIG[@]}" -K "$W/get.cfg" 2>/dev/null
+  t1=$(date +%s.%N)
+  echo "recovery.w$n.raw_get_mb_s $(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}') MB/s" | emit
+  awk -v a="$(val recovery.w$n.fetched_mb_s)" -v b="$(val recovery.w$n.raw_get_mb_s)" -v n="$n" \
+    'BEGIN{printf "recovery.w%d.vs_raw %.3f x\n", n, b ? a/b : 0}' | emit
+  awk -v a="$(val recovery.w$n.requests)" -v b="$(val recovery.w$n.objects)" -v n="$n" \
+    'BEGIN{printf "recovery.w%d.requests_vs_objects %.3f x\n", n, b ? a/b : 0}' | emit
+done
+# the latency of a small GET: 50 sequential GETs of a 4 KiB object, p99 (the 50th of 50: the max)
+head -c 4096 /dev/urandom > "$W/small"
+curl -sf -o /dev/null "${SIG[@]}" -T "$W/small" "$S3_ENDPOINT/$BUCKET/perf-small-$$"
+for i in $(seq 50); do
+  curl -sf -o /dev/null -w '%{time_total}\n' "${SIG[@]}" "$S3_ENDPOINT/$BUCKET/perf-small-$$"
+done | sort -n | awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1; printf "recovery.small_get_p99_ms %.2f ms\n", v[i] * 1000}' | emit
+curl -sf -o /dev/null "${SIG[@]}" -X DELETE "$S3_ENDPOINT/$BUCKET/perf-small-$$" || true
+for n in 16 256 1024; do
+  awk -v a="$(val recovery.w$n.first_record_ms)" -v b="$(val recovery.small_get_p99_ms)" -v n="$n" \
+    'BEGIN{printf "recovery.w%d.first_record_vs_get %.2f x\n", n, b ? a/b : 0}' | emit
+done
 echo "recovery.mb_s $(val recovery.w256.mb_s) MB/s" | emit
-echo "recovery.raw_get_mb_s $raw MB/s" | emit
-awk -v a="$(val recovery.w256.fetched_mb_s)" -v b="$raw" 'BEGIN{printf "recovery.vs_raw %.3f x\n", a/b}' | emit
+echo "recovery.raw_get_mb_s $(val recovery.w256.raw_get_mb_s) MB/s" | emit
+echo "recovery.vs_raw $(val recovery.w256.vs_raw) x" | emit
 # encryption at rest: a plain w256 run, then the same with a key file, one after the other
 (umask 077; printf 'bench: %s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" > "$W/enc.keys")
 "$B/perf/bench_remote" load "$W/pe" "$BUCKET" 256 "$SECS" 0 "" > "$W/plain.txt"

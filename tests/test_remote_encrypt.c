@@ -107,3 +107,85 @@ static void recover_from_s3(const char *compression)
 
 Test(remote_encrypt, recovery_from_s3_without_compression) { recover_from_s3("none"); }
 Test(remote_encrypt, recovery_from_s3_with_zstd) { recover_from_s3("zstd"); }
+
+/* Reads one plan reader to the end, checking records as tk_verify does; returns the count. */
+static long plan_verify(dstl_restore *p, size_t entry, const char *tag, uint64_t to, uint32_t kgf, uint32_t kgl)
+{
+    dstl_reader *r;
+    int rc = dstl_restore_reader_open(p, entry, 0, &r);
+    if (rc < 0) return rc;
+    uint64_t want = 0;
+    long n = 0;
+    dstl_record rec;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {
+        while (want < to && !(want % NKG >= kgf && want % NKG <= kgl)) want++;
+        cr_assert_eq(rec.seq, want);
+        char buf[128];
+        int len = snprintf(buf, sizeof buf, TK_MARK "%s-%llu-padding-padding-padding", tag, (unsigned long long)want);
+        cr_assert(rec.len == (size_t)len && memcmp(rec.data, buf, (size_t)len) == 0, "payload of %llu",
+                  (unsigned long long)want);
+        want++;
+        n++;
+    }
+    dstl_reader_close(r);
+    return rc < 0 ? rc : n;
+}
+
+Test(remote_encrypt, a_restore_plan_over_encrypted_segments_reads_every_task_its_key_groups)
+{
+    char *wdir = t_mkdtemp("enc-pw"), *rdir = t_mkdtemp("enc-pr"), *kdir = t_mkdtemp("enc-pk");
+    char *kf = tk_write(kdir, "keys", "plan-key: " TK_HEX_B "\n", 0600);
+    dstl_storage *s = t_remote_open(&fx, wdir, "dstl.encryption.key-file", kf, NULL);
+    enum { NW = 4 };
+    dstl_writer *w[NW];
+    dstl_handle *h[NW];
+    uint64_t end = 0;
+    for (int i = 0; i < NW; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "task-%d", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, NKG - 1, &w[i]), 0);
+    }
+    for (int i = 0; i < NW; i++) end = tk_append(w[i], "q", 0, 800, NKG);
+    for (int i = 0; i < NW; i++) h[i] = t_persist(w[i], 0, 1);
+    for (int i = 0; i < NW; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(wdir);
+
+    /* rescaled: each new task reads a quarter of the key groups of every old writer */
+    dstl_storage *r = t_remote_open(&fx, rdir, "dstl.encryption.key-file", kf, NULL);
+    dstl_restore_entry e[NW * NW];
+    const dstl_handle *hs[NW];
+    for (int i = 0; i < NW; i++) hs[i] = h[i];
+    for (int t = 0; t < NW; t++)
+        for (int i = 0; i < NW; i++)
+            e[t * NW + i] = (dstl_restore_entry){.handles = &hs[i], .nhandles = 1,
+                                                 .key_group_first = (uint32_t)(t * NKG / NW),
+                                                 .key_group_last = (uint32_t)((t + 1) * NKG / NW - 1)};
+    dstl_restore *p;
+    cr_assert_eq(dstl_restore_plan(r, e, NW * NW, &p), 0, "%s", dstl_last_error());
+    for (size_t k = 0; k < NW * NW; k++) {
+        long n = plan_verify(p, k, "q", end, e[k].key_group_first, e[k].key_group_last);
+        cr_assert_eq(n, (long)(end / NW), "entry %zu: %ld (%s)", k, n, dstl_last_error());
+    }
+    dstl_restore_stats rs;
+    cr_assert_eq(dstl_restore_get_stats(p, &rs), 0);
+    cr_assert_gt(rs.objects_fetched, 0, "the plan fetched from S3");
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(r), 0);
+
+    /* the same plan without the key: DSTL_ECRYPTO naming the key id, from the plan's readers */
+    r = t_remote_open(&fx, rdir, NULL);
+    int rc = dstl_restore_plan(r, e, NW * NW, &p);
+    long n = rc == 0 ? plan_verify(p, 0, "q", end, e[0].key_group_first, e[0].key_group_last) : rc;
+    cr_assert_eq(n, DSTL_ECRYPTO, "%ld %s", n, dstl_last_error());
+    cr_assert(strstr(dstl_last_error(), "key id 'plan-key'"), "%s", dstl_last_error());
+    if (rc == 0) cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(r), 0);
+    for (int i = 0; i < NW; i++) dstl_handle_free(h[i]);
+    t_rm_rf(rdir);
+    t_rm_rf(kdir);
+    free(kf);
+    free(wdir);
+    free(rdir);
+    free(kdir);
+}

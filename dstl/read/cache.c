@@ -70,6 +70,7 @@ struct read_cache {
     u64map map;                 /* uri hash -> chain */
     cache_entry *lru_head, *lru_tail;
     uint64_t bytes, next_no;
+    uint64_t reserved;          /* restore plans' bytes in memory (cache_reserve) */
     size_t nentries;
     s3_client *pool[CLIENT_POOL_MAX];
     size_t npool;
@@ -283,7 +284,7 @@ static void evict(read_cache *c, cache_entry **gone)
     for (cache_entry *e = c->lru_tail, *prev; e; e = prev) {
         prev = e->prev;
         if (e->refs) continue;
-        if (e->bytes && now - e->last_used_ms < c->idle_ms && c->bytes <= c->max_bytes) break;
+        if (e->bytes && now - e->last_used_ms < c->idle_ms && c->bytes + c->reserved <= c->max_bytes) break;
         detach(c, e);
         e->hnext = *gone;
         *gone = e;
@@ -451,6 +452,33 @@ void cache_insert(read_cache *c, cache_entry *e, uint64_t off, size_t len, const
     free_list(c, gone);
 }
 
+int cache_reserve(read_cache *c, uint64_t bytes)
+{
+    if (!c) return 1;
+    cache_entry *gone = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->reserved += bytes;
+    evict(c, &gone);
+    int ok = c->bytes + c->reserved <= c->max_bytes;
+    if (!ok) c->reserved -= bytes;
+    pthread_mutex_unlock(&c->mu);
+    free_list(c, gone);
+    return ok;
+}
+
+void cache_unreserve(read_cache *c, uint64_t bytes)
+{
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->reserved -= bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void cache_sweep(read_cache *c)
+{
+    if (c) sweep_dead_runs(c);
+}
+
 void cache_invalidate(read_cache *c, cache_entry *e)
 {
     if (!c || !e) return;
@@ -516,7 +544,9 @@ int cache_open(dstl_storage *s)
     cache_opts o = {.dir = dir, .run_id = s->run_id, .max_size_bytes = s->conf.cache_max_size_bytes,
                      .idle_timeout_ms = s->conf.cache_idle_timeout_ms};
     int rc = cache_new(&o, &s->locked.cache);
-    return rc < 0 ? err_fail(rc, "reader cache %s: out of memory", dir) : 0;
+    if (rc < 0) return err_fail(rc, "reader cache %s: out of memory", dir);
+    cache_sweep(s->locked.cache);
+    return 0;
 }
 
 void cache_close(dstl_storage *s)

@@ -10,9 +10,9 @@
  * reader of all key groups serves later readers of any subset).
  *
  * Files: <dstl.cache.dir>/<run id>/<entry no>, one per cached object, plus <run id>.lock
- * (flock'ed while the storage is open). Each storage run caches only its own fetches; the
- * first insert of a run removes the directories of runs whose lock nobody holds (crashed
- * processes), so nothing piles up. Only bytes that passed their CRC check are inserted, and a
+ * (flock'ed while the storage is open). Each storage run caches only its own fetches; every
+ * storage open removes the directories of runs whose lock nobody holds (crashed or killed
+ * processes: cache_sweep), so nothing piles up. Only bytes that passed their CRC check are inserted, and a
  * reader checks cached bytes again as it reads them (every byte, every time).
  *
  * Eviction: an entry is referenced by each reader job using it (cache_acquire .. release) and
@@ -80,6 +80,17 @@ void cache_invalidate(read_cache *c, cache_entry *e);
 /* Removes the unreferenced entries idle longer than the idle timeout (done by every acquire,
  * release and insert too). */
 void cache_expire(read_cache *c);
+
+/* Restore plans hold fetched bytes in memory within the same bound: cache_reserve counts
+ * `bytes` against max-size (evicting unreferenced entries to make room) and returns 1, or 0
+ * (nothing counted) when they do not fit; cache_unreserve gives them back. NULL c: 1 / no-op. */
+int cache_reserve(read_cache *c, uint64_t bytes);
+void cache_unreserve(read_cache *c, uint64_t bytes);
+
+/* Removes what dead runs left in the cache directory (their lock is not held: crashed or
+ * killed processes), without making anything. storage open calls it through cache_open, so a
+ * cache found on open is trimmed before this run caches anything. */
+void cache_sweep(read_cache *c);
 
 /* Bytes cached now, and entries (for tests and stats). */
 uint64_t cache_bytes(read_cache *c);

@@ -49,6 +49,8 @@
 #include <string.h>
 
 #include "dstl/read/cache.h"
+#include "dstl/read/restore.h"
+#include "dstl/read/segread.h"
 #include "dstl/err.h"
 #include "dstl/handle.h"
 #include "dstl/storage.h"
@@ -64,9 +66,6 @@
  * of a fast link keeps the GETs streaming, and bounds a reader's memory (recovery opens a few
  * readers per task). The current piece is fetched whatever its size. */
 #define READ_WINDOW_BYTES (32ull << 20)
-/* Two ranges of one section closer than this are fetched as one: a GET costs a round trip
- * (about 1 ms on a LAN store, 20-50 ms on S3), worth far more than 64 KiB of transfer. */
-#define RANGE_MERGE_GAP_BYTES (64u << 10)
 /* The first GET of a remote segment reads at least this much of its tail, not just footer and
  * trailer: a segment this small then costs one GET instead of two, and a larger one brings the
  * end of its last section along (the meta run every reader needs). A request costs a round
@@ -95,12 +94,14 @@ struct job {
     char where[1100];               /* "s3://bucket/key" or "<local dir>/<name>": for messages */
     const char *key;                /* remote: the key inside where */
     cache_entry *ce;                /* remote: the object's cache entry (referenced) */
+    int64_t pobj;                   /* remote: the restore plan's object, or -1 */
     int no_cache;                   /* cached bytes failed their check: use S3 only */
     uint64_t next_seq;              /* the piece's first seq not yet returned (a restart's start) */
     int gets;                       /* GETs in flight */
     s3_op *ops[2];
     get_ctx gctx[2];
     uint8_t *buf;                   /* this stage's bytes: object offsets [buf_off, buf_off + buf_len) */
+    int buf_borrowed;               /* buf points into the restore plan's bytes (not freed here) */
     uint64_t buf_off;
     size_t buf_len;
     int nparts;                     /* the ranges to fill in buf (object offsets) */
@@ -111,6 +112,7 @@ struct job {
     size_t tail_len;
     unsigned cached, fetched;       /* parts served by the cache / by S3 */
     wire_index *ix;
+    int ix_shared;                  /* ix is the restore plan's (not freed here) */
     wire_iter *it;
     int err;
     char errmsg[512];
@@ -126,6 +128,9 @@ typedef struct {
 struct dstl_reader {
     dstl_storage *s;
     wire_handle *wh;
+    dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
+    size_t pe, ph;
+    uint64_t own_requests, own_bytes, plan_declined;   /* for the plan's counters */
     uint32_t kg_first, kg_last;
     size_t piece;                   /* the piece being read: jobs[piece % READ_WINDOW_PIECES] */
     size_t next_start;              /* the next piece to start a job for */
@@ -188,6 +193,8 @@ static void account(dstl_reader *r)
     atomic_fetch_add_explicit(&s->rd.retries, now.retries - r->counted.retries, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->rd.hedges, now.hedges - r->counted.hedges, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->rd.bytes, now.bytes_received - r->counted.bytes_received, memory_order_relaxed);
+    r->own_requests += now.requests - r->counted.requests;
+    r->own_bytes += now.bytes_received - r->counted.bytes_received;
     r->counted = now;
 }
 
@@ -278,6 +285,33 @@ static void on_get(void *ctx, const s3_result *res)
     if (j->gets == 0) stage_done(j);
 }
 
+/* Takes the reader's S3 client, once per reader (on its first GET). */
+static int client_ready(dstl_reader *r, job *j)
+{
+    if (r->cli) return 0;
+    int rc = cache_client_take(r->s, &r->cli);
+    if (rc < 0) {
+        job_fail(j, rc, "reader: %s", dstl_last_error());
+        return -1;
+    }
+    s3_client_stats(r->cli, &r->counted);
+    return 0;
+}
+
+/* Part i from the restore plan: 1 done (copied, or the job failed), 0 the plan does not hold
+ * it (the reader fetches it itself). */
+static int plan_part(job *j, int i, uint8_t *dst, size_t len)
+{
+    dstl_reader *r = j->r;
+    if (j->pobj < 0 || j->no_cache) return 0;
+    char msg[sizeof j->errmsg];
+    int rc = restore_read(r->plan, j->pobj, j->part_off[i], len, dst, msg, sizeof msg);
+    if (rc == 1) j->cached |= 1u << i;     /* checked like cached bytes: refetched from S3 if bad */
+    else if (rc < 0) job_fail(j, rc, "%s", msg);
+    else r->plan_declined++;
+    return rc != 0;
+}
+
 /* Fills part i of the job's buffer: a pread of the local copy, the cache, or S3 — a footer
  * GET from buf_off (the speculative tail), a section part from the tail where it overlaps. */
 static void part_fetch(job *j, int i)
@@ -297,6 +331,7 @@ static void part_fetch(job *j, int i)
                      (unsigned long long)j->part_off[i], n);
         return;
     }
+    if (plan_part(j, i, dst, len)) return;
     if (!j->no_cache && cache_read(r->cache, j->ce, j->part_off[i], len, dst)) {
         j->cached |= 1u << i;
         return;
@@ -314,6 +349,7 @@ static void part_fetch(job *j, int i)
         j->get_len[i] = from - j->part_off[i];
         if (j->get_len[i] == 0) return;
     }
+    if (client_ready(r, j) < 0) return;
     int rc = s3_get_object(r->cli, r->loc.bucket, j->key, j->get_off[i], dst, (size_t)j->get_len[i], &j->ops[i],
                            on_get, &j->gctx[i]);
     if (rc < 0) {
@@ -337,6 +373,13 @@ static void stage_run(job *j)
 static int refetch_uncached(job *j)
 {
     if (!j->cached || j->no_cache) return 0;
+    if (j->buf_borrowed) {              /* the plan's bytes are read-only: fetch into our own */
+        j->buf_borrowed = 0;
+        if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
+            job_fail(j, -ENOMEM, "segment %s: out of memory for %zu bytes", j->where, j->buf_len);
+            return 1;
+        }
+    }
     cache_invalidate(j->r->cache, j->ce);
     j->no_cache = 1;
     stage_run(j);
@@ -356,36 +399,11 @@ static void section_begin(job *j);
 static void footer_done(job *j)
 {
     const wire_seg_ref *g = job_seg(j);
-    wire_err e = {{0}};
-    uint64_t foff;
-    uint32_t flen, fcrc;
-    int rc = wire_trailer_parse(j->buf + j->buf_len - WIRE_SEG_TRAILER_LEN, WIRE_SEG_TRAILER_LEN, g->object_len,
-                                &foff, &flen, &fcrc, &e);
-    const uint8_t *footer = j->buf + (g->footer_offset - j->buf_off);
+    char msg[sizeof j->errmsg];
+    int rc = segread_index(g, j->r->keys ? keyring_wire(j->r->keys) : NULL, j->buf, j->buf_off, j->buf_len,
+                           j->where, &j->ix, msg, sizeof msg);
     if (rc < 0) {
-        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
-        return;
-    }
-    if (foff != g->footer_offset || flen != g->footer_len || fcrc != g->footer_crc) {
-        if (!refetch_uncached(j))
-            job_fail(j, DSTL_ECORRUPT, "segment %s: footer at %llu (%u bytes, crc %08x) is not the one the handle "
-                     "names (%llu, %u bytes, crc %08x)", j->where, (unsigned long long)foff, flen, fcrc,
-                     (unsigned long long)g->footer_offset, g->footer_len, g->footer_crc);
-        return;
-    }
-    if ((rc = wire_index_parse_keyed(footer, flen, fcrc, foff, g->object_len,
-                                     j->r->keys ? keyring_wire(j->r->keys) : NULL, &j->ix, &e)) < 0) {
-        if (!refetch_uncached(j)) job_fail(j, rc, "segment %s: %s", j->where, e.msg);
-        return;
-    }
-    if (g->encrypted && !wire_index_key_id(j->ix)) {
-        /* the handle was made for an encrypted segment: a plain one in its place is a
-         * substitute (someone who may write the bucket or dir but holds no key) */
-        wire_index_free(j->ix);
-        j->ix = NULL;
-        if (!refetch_uncached(j))
-            job_fail(j, DSTL_ECRYPTO, "segment %s: the handle names an encrypted segment, but this one is plain "
-                     "(replaced?)", j->where);
+        if (!refetch_uncached(j)) job_fail(j, rc, "%s", msg);
         return;
     }
     if (j->remote) {
@@ -401,41 +419,54 @@ static void footer_done(job *j)
     section_begin(j);
 }
 
+static void section_done(job *j);
+
+/* A plan's section bytes without a copy, when they lie in one of its extents: 1 when that
+ * settled the stage (done, or failed), 0 to fill the buffer the usual way. */
+static int section_borrow(job *j)
+{
+    if (j->no_cache) return 0;
+    const uint8_t *b = NULL;
+    char msg[sizeof j->errmsg];
+    int rc = restore_borrow(j->r->plan, j->pobj, j->buf_off, j->buf_len, &b, msg, sizeof msg);
+    if (rc == 0) return 0;
+    if (rc < 0) {
+        job_fail(j, rc, "%s", msg);
+        return 1;
+    }
+    j->buf = (uint8_t *)b;              /* read only: the iterator reads, never writes */
+    j->buf_borrowed = 1;
+    j->cached = (1u << j->nparts) - 1;  /* checked like cached bytes: refetched from S3 if bad */
+    j->fetched = 0;
+    section_done(j);
+    return 1;
+}
+
 static void section_begin(job *j)
 {
     dstl_reader *r = j->r;
     const wire_piece *p = &r->wh->pieces[j->piece];
-    if (p->section >= wire_index_nsections(j->ix)) {
-        job_fail(j, DSTL_ECORRUPT, "segment %s: the handle names section %u of %zu", j->where, p->section,
-                 wire_index_nsections(j->ix));
-        return;
-    }
-    const wire_section_info *sec = wire_index_section(j->ix, p->section);
-    if (sec->offset != p->offset || sec->stored_len != p->stored_len || sec->crc != p->crc ||
-        p->seq_first < sec->seq_first || p->seq_end > sec->seq_end || strcmp(sec->writer_id, r->wh->writer_id) != 0) {
-        job_fail(j, DSTL_ECORRUPT, "segment %s section %u (offset %llu): does not match the handle's piece "
-                 "(writer %s, seqs %llu-%llu)", j->where, p->section, (unsigned long long)sec->offset,
-                 r->wh->writer_id, (unsigned long long)p->seq_first, (unsigned long long)p->seq_end);
+    char msg[sizeof j->errmsg];
+    const wire_section_info *sec = segread_piece_section(j->ix, p, r->wh->writer_id, j->where, msg, sizeof msg);
+    if (!sec) {
+        job_fail(j, DSTL_ECORRUPT, "%s", msg);
         return;
     }
     uint64_t off[2], len[2];
-    int n = wire_section_ranges(sec, r->kg_first, r->kg_last, off, len);
-    if (n == 2 && off[1] - (off[0] + len[0]) < RANGE_MERGE_GAP_BYTES) {
-        len[0] = off[1] + len[1] - off[0];
-        n = 1;
-    }
+    int n = segread_ranges(sec, r->kg_first, r->kg_last, off, len);
     j->nparts = n;
     for (int i = 0; i < n; i++) {
-        j->part_off[i] = sec->offset + off[i];
+        j->part_off[i] = off[i];
         j->part_len[i] = len[i];
     }
-    j->buf_off = sec->offset + (n ? off[0] : 0);
+    j->buf_off = n ? off[0] : sec->offset;
     j->buf_len = n ? (size_t)(off[n - 1] + len[n - 1] - off[0]) : 0;
+    j->state = J_SECTION;
+    if (j->pobj >= 0 && n && section_borrow(j)) return;
     if (!(j->buf = malloc(j->buf_len ? j->buf_len : 1))) {
         job_fail(j, -ENOMEM, "segment %s section %u: out of memory for %zu bytes", j->where, p->section, j->buf_len);
         return;
     }
-    j->state = J_SECTION;
     stage_run(j);
 }
 
@@ -444,16 +475,11 @@ static void section_done(job *j)
     dstl_reader *r = j->r;
     const wire_piece *p = &r->wh->pieces[j->piece];
     const wire_section_info *sec = wire_index_section(j->ix, p->section);
-    /* The buffer may span the section with a gap never fetched (two ranges: the key groups
-     * from the first run, and the meta run): wire checks uncompressed sections run by run,
-     * so the gap is never read. */
-    wire_err e = {{0}};
-    int rc = wire_iter_open(sec, j->buf, j->buf_off - sec->offset, j->buf_len, j->next_seq, p->seq_end,
-                            r->kg_first, r->kg_last, &j->it, &e);
+    char msg[sizeof j->errmsg];
+    int rc = segread_section(sec, p->section, j->buf, j->buf_off, j->buf_len, j->next_seq, p->seq_end, r->kg_first,
+                             r->kg_last, j->where, &j->it, msg, sizeof msg);
     if (rc < 0) {
-        if (!refetch_uncached(j))
-            job_fail(j, rc, "segment %s section %u (offset %llu): %s", j->where, p->section,
-                     (unsigned long long)sec->offset, e.msg);
+        if (!refetch_uncached(j)) job_fail(j, rc, "%s", msg);
         return;
     }
     if (j->remote && j->nparts) {
@@ -461,7 +487,7 @@ static void section_done(job *j)
         if (j->fetched) atomic_fetch_add_explicit(&r->s->rd.cache_misses, 1, memory_order_relaxed);
         else atomic_fetch_add_explicit(&r->s->rd.cache_hits, 1, memory_order_relaxed);
     }
-    wire_index_free(j->ix);         /* the iterator copied what it needs */
+    if (!j->ix_shared) wire_index_free(j->ix);      /* the iterator copied what it needs */
     j->ix = NULL;
     free(j->tail);
     j->tail = NULL;
@@ -477,7 +503,7 @@ static void stage_done(job *j)
 
 /* ---- jobs ---- */
 
-/* Resolves the handle's remote location and takes a client, once per reader. */
+/* Resolves the handle's remote location, once per reader. */
 static int remote_ready(dstl_reader *r, job *j)
 {
     if (r->loc_state == 0) {
@@ -492,14 +518,6 @@ static int remote_ready(dstl_reader *r, job *j)
         job_fail(j, r->loc_state, "handle of writer %s: %s", r->wh->writer_id, r->loc_err);
         return -1;
     }
-    if (!r->cli) {
-        int rc = cache_client_take(r->s, &r->cli);
-        if (rc < 0) {
-            job_fail(j, rc, "reader: %s", dstl_last_error());
-            return -1;
-        }
-        s3_client_stats(r->cli, &r->counted);
-    }
     return 0;
 }
 
@@ -508,12 +526,13 @@ static int remote_ready(dstl_reader *r, job *j)
 static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t from_seq)
 {
     uint64_t first = r->wh->pieces[piece].seq_first;
-    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER,
+    *j = (job){.r = r, .piece = piece, .remote = src == SRC_REMOTE, .state = J_FOOTER, .pobj = -1,
                .next_seq = from_seq > first ? from_seq : first};
     j->gctx[0] = (get_ctx){j, 0};
     j->gctx[1] = (get_ctx){j, 1};
     const wire_seg_ref *g = job_seg(j);
     if (j->remote) {
+        if (r->plan) j->pobj = restore_object(r->plan, r->pe, r->ph, r->wh->pieces[piece].seg);
         if (remote_ready(r, j) < 0) return;
         int n = snprintf(j->where, sizeof j->where, "s3://%s/", r->loc.bucket);
         if (remote_key(&r->loc, g->name, j->where + n, sizeof j->where - (size_t)n) < 0) {
@@ -521,7 +540,7 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
             return;
         }
         j->key = j->where + n;
-        j->ce = cache_acquire(r->cache, j->where);
+        if (j->pobj < 0) j->ce = cache_acquire(r->cache, j->where);   /* a plan's bytes are the plan's */
     } else {
         snprintf(j->where, sizeof j->where, "%s/%s", r->s->local_dir, g->name);
     }
@@ -530,12 +549,17 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
     j->nparts = 1;
     j->part_off[0] = j->buf_off = g->footer_offset;
     j->part_len[0] = (size_t)(g->object_len - g->footer_offset);
-    if (j->remote && g->object_len - g->footer_offset < TAIL_READ_BYTES)
+    if (j->remote && j->pobj < 0 && g->object_len - g->footer_offset < TAIL_READ_BYTES)
         j->buf_off = g->object_len > TAIL_READ_BYTES ? g->object_len - TAIL_READ_BYTES : 0;
     j->buf_len = (size_t)(g->object_len - j->buf_off);
     if (j->part_len[0] < WIRE_SEG_TRAILER_LEN) {
         job_fail(j, DSTL_ECORRUPT, "handle: segment %s length %llu leaves no room for a trailer", g->name,
                  (unsigned long long)g->object_len);
+        return;
+    }
+    if (j->pobj >= 0 && (j->ix = (wire_index *)restore_index(r->plan, j->pobj))) {
+        j->ix_shared = 1;               /* the plan parsed (and checked) this index once for all */
+        section_begin(j);
         return;
     }
     if (!(j->buf = malloc(j->buf_len))) {
@@ -549,8 +573,8 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
 static void job_clear(dstl_reader *r, job *j)
 {
     wire_iter_free(j->it);
-    wire_index_free(j->ix);
-    free(j->buf);
+    if (!j->ix_shared) wire_index_free(j->ix);
+    if (!j->buf_borrowed) free(j->buf);
     free(j->tail);
     cache_release(r->cache, j->ce);
     *j = (job){0};
@@ -570,8 +594,11 @@ static void fill(dstl_reader *r)
             }
             if (ahead >= READ_WINDOW_BYTES) break;
         }
-        int src = seg_source(r, r->wh->pieces[p].seg);
-        if (src != SRC_REMOTE && p != r->piece) break;
+        uint32_t seg = r->wh->pieces[p].seg;
+        int src = seg_source(r, seg);
+        /* a piece of a restore plan waits for the plan's fetch: it too starts when current */
+        int now = src != SRC_REMOTE || (r->plan && restore_object(r->plan, r->pe, r->ph, seg) >= 0);
+        if (now && p != r->piece) break;
         job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src, 0);
         r->next_start++;
     }
@@ -622,6 +649,25 @@ static int wait_job(dstl_reader *r, job *j)
 
 /* ---- API ---- */
 
+/* A reader of a copy of wh over [kg_first, kg_last]. */
+static int reader_new(dstl_storage *s, const wire_handle *wh, uint32_t kg_first, uint32_t kg_last,
+                      dstl_reader **out)
+{
+    dstl_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->wh = wire_handle_dup(wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
+        if (r) wire_handle_free(r->wh);
+        free(r);
+        return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
+    }
+    r->s = s;
+    r->kg_first = kg_first;
+    r->kg_last = kg_last;
+    if (*r->wh->remote_uri) r->cache = cache_get(s);
+    r->keys = key_source_get(&s->keys);   /* a rotated key file is re-read here */
+    *out = r;
+    return 0;
+}
+
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_first,
                      uint32_t key_group_last, dstl_reader **out)
 {
@@ -629,18 +675,23 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
     if (key_group_first > key_group_last)
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
-    dstl_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->wh = wire_handle_dup(h->wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
-        if (r) wire_handle_free(r->wh);
-        free(r);
-        return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
+    return reader_new(s, h->wh, key_group_first, key_group_last, out);
+}
+
+int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out)
+{
+    if (!p || !out) return err_fail(-EINVAL, "dstl_restore_reader_open: NULL argument");
+    const wire_handle *wh;
+    uint32_t first, last;
+    int rc = restore_claim(p, entry, handle, &wh, &first, &last);
+    if (rc < 0) return rc;
+    if ((rc = reader_new(restore_storage(p), wh, first, last, out)) < 0) {
+        restore_reader_closed(p, entry, handle, 0, 0, 0);
+        return rc;
     }
-    r->s = s;
-    r->kg_first = key_group_first;
-    r->kg_last = key_group_last;
-    if (*r->wh->remote_uri) r->cache = cache_get(s);
-    r->keys = key_source_get(&s->keys);   /* a rotated key file is re-read here */
-    *out = r;
+    (*out)->plan = p;
+    (*out)->pe = entry;
+    (*out)->ph = handle;
     return 0;
 }
 
@@ -684,6 +735,7 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         }
         job_clear(r, j);
         r->piece++;
+        if (r->plan) restore_pieces_done(r->plan, r->pe, r->ph, r->piece);
     }
 }
 
@@ -704,6 +756,7 @@ void dstl_reader_close(dstl_reader *r)
         }
     }
     for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
+    if (r->plan) restore_reader_closed(r->plan, r->pe, r->ph, r->own_requests, r->own_bytes, r->plan_declined);
     cache_client_give(r->s, r->cli);
     for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
     wire_handle_free(r->wh);

@@ -1,0 +1,596 @@
+/*
+ * dstl/read/fetch.c — the restore plan's fetch layer (see fetch.h): extents of remote objects,
+ * fetched once by the set's own thread, held in memory while some reader needs them.
+ *
+ * Structure: objects in an array (id = index), each with its pending ranges and its extents
+ * (disjoint, sorted by offset). Extents are allocated one by one (a GET's callback holds its
+ * extent's address). `held` is the bytes of extents in memory (ready, or in flight).
+ *
+ * Threads: `mu` guards everything here; the set's thread starts GETs under it (s3_get_object
+ * only queues) and runs the client's loop without it; readers wait on `cv`, which every
+ * change of an extent's state broadcasts.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dstl/read/fetch.h"
+#include "dstl/err.h"
+
+/* Default GETs in flight: the client's default connection count (dstl.upload.connections). */
+#define FETCH_DEFAULT_GETS 8u
+/* The budget is full, nothing is in flight, readers wait for extents that do not fit, and no
+ * reader released anything for this long: the set gives those extents up (the readers GET
+ * them themselves) instead of waiting for releases that may never come. Long enough for a
+ * reader busy with held bytes to finish a piece (a few ms), short beside a restore. */
+#define FETCH_STUCK_MS 50u
+/* The thread's longest sleep: it is woken for work (s3_client_wakeup); this only paces the
+ * stuck check above. */
+#define FETCH_TICK_MS 20
+
+enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
+
+typedef struct fetch_set fetch_set;
+
+typedef struct extent {
+    fetch_set *f;
+    uint32_t obj;
+    int state;
+    uint64_t off, len;
+    int uses, waiters;
+    int reserved;               /* the reserve hook counted len */
+    uint8_t *buf;
+    s3_op *op;
+    int err;
+    char msg[1200];
+} extent;
+
+typedef struct {
+    uint64_t off, end;
+} span;
+
+typedef struct {
+    char *bucket, *key;
+    uint64_t len;
+    int64_t prio;
+    span *pend;
+    size_t npend, cap_pend;
+    extent **ext;               /* sorted by off, disjoint */
+    size_t next, cap_ext;
+    int fetched;
+} object;
+
+struct fetch_set {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int stop;
+    fetch_opts o;
+    object *objs;
+    size_t nobj, cap_obj;
+    unsigned inflight;
+    uint64_t held;
+    uint64_t blocked_since_ms;  /* 0: not blocked */
+    fetch_stats st;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap * 2 : 8;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* ---- holding (under mu) ---- */
+
+static void drop_bytes(fetch_set *f, extent *x)
+{
+    free(x->buf);
+    x->buf = NULL;
+    f->held -= x->len;
+    if (x->reserved && f->o.unreserve) f->o.unreserve(f->o.reserve_ctx, x->len);
+    x->reserved = 0;
+}
+
+/* An extent nobody needs any more gives its bytes back (one in flight when its GET ends). */
+static void unused(fetch_set *f, extent *x)
+{
+    if (x->state == X_READY) drop_bytes(f, x);
+    if (x->state == X_READY || x->state == X_QUEUED) x->state = X_RELEASED;
+}
+
+/* ---- the thread ---- */
+
+static void on_get(void *ctx, const s3_result *res)
+{
+    extent *x = ctx;
+    fetch_set *f = x->f;
+    const object *ob = &f->objs[x->obj];
+    pthread_mutex_lock(&f->mu);
+    x->op = NULL;
+    f->inflight--;
+    x->state = X_FAILED;
+    if (res->err < 0) {
+        x->err = res->err;
+        snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: GET of %llu bytes at offset %llu: %.400s", ob->bucket,
+                 ob->key, (unsigned long long)x->len, (unsigned long long)x->off, res->error);
+        if (res->err == -ENOENT)
+            snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: not found in the remote store (%.400s)", ob->bucket,
+                     ob->key, res->error);
+        f->st.failures += res->err != -ECANCELED;
+    } else if (res->object_size != ob->len) {
+        x->err = DSTL_ECORRUPT;
+        snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: the object is %llu bytes, the handle names %llu",
+                 ob->bucket, ob->key, (unsigned long long)res->object_size, (unsigned long long)ob->len);
+    } else if (res->bytes != x->len) {
+        x->err = DSTL_ECORRUPT;
+        snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: GET of %llu bytes at offset %llu gave %llu", ob->bucket,
+                 ob->key, (unsigned long long)x->len, (unsigned long long)x->off, (unsigned long long)res->bytes);
+    } else {
+        x->state = X_READY;
+        if (!f->objs[x->obj].fetched) {
+            f->objs[x->obj].fetched = 1;
+            f->st.objects_fetched++;
+        }
+    }
+    if (x->state == X_FAILED) drop_bytes(f, x);
+    else if (x->uses == 0) unused(f, x);
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* The queued extent to fetch next: lowest prio, then object, then offset. */
+static extent *next_queued(fetch_set *f)
+{
+    extent *best = NULL;
+    int64_t bp = 0;
+    for (size_t i = 0; i < f->nobj; i++) {
+        object *ob = &f->objs[i];
+        if (best && ob->prio >= bp) continue;
+        for (size_t k = 0; k < ob->next; k++)
+            if (ob->ext[k]->state == X_QUEUED) {
+                best = ob->ext[k];
+                bp = ob->prio;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Nothing fits and nothing is in flight: after FETCH_STUCK_MS without a release, the extents
+ * readers wait for are left to them. */
+static void unstick(fetch_set *f)
+{
+    uint64_t now = now_ms();
+    if (!f->blocked_since_ms) {
+        f->blocked_since_ms = now;
+        return;
+    }
+    if (now - f->blocked_since_ms < FETCH_STUCK_MS) return;
+    for (size_t i = 0; i < f->nobj; i++)
+        for (size_t k = 0; k < f->objs[i].next; k++) {
+            extent *x = f->objs[i].ext[k];
+            if (x->state == X_QUEUED && x->waiters) x->state = X_DIRECT;
+        }
+    f->blocked_since_ms = 0;
+    pthread_cond_broadcast(&f->cv);
+}
+
+/* Starts GETs while slots and budget allow. Under mu. */
+static void admit(fetch_set *f)
+{
+    unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
+    extent *x;
+    while (f->inflight < max && (x = next_queued(f))) {
+        if (x->len > f->o.budget_bytes) {           /* can never be held */
+            x->state = X_DIRECT;
+            pthread_cond_broadcast(&f->cv);
+            continue;
+        }
+        if (f->held + x->len > f->o.budget_bytes ||
+            (f->o.reserve && !(x->reserved = f->o.reserve(f->o.reserve_ctx, x->len)))) {
+            if (f->inflight == 0) unstick(f);
+            return;
+        }
+        f->blocked_since_ms = 0;
+        const object *ob = &f->objs[x->obj];
+        x->buf = malloc(x->len ? x->len : 1);
+        f->held += x->len;
+        if (f->held > f->st.held_peak_bytes) f->st.held_peak_bytes = f->held;
+        int rc = x->buf ? s3_get_object(f->o.cli, ob->bucket, ob->key, x->off, x->buf, x->len, &x->op, on_get, x)
+                        : -ENOMEM;
+        if (rc < 0) {
+            drop_bytes(f, x);
+            x->state = X_FAILED;
+            x->err = rc;
+            snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: GET of %llu bytes at offset %llu could not start: %s",
+                     ob->bucket, ob->key, (unsigned long long)x->len, (unsigned long long)x->off, dstl_strerror(rc));
+            pthread_cond_broadcast(&f->cv);
+            continue;
+        }
+        x->state = X_FETCHING;
+        f->inflight++;
+    }
+    f->blocked_since_ms = 0;
+}
+
+static void *fetch_thread(void *arg)
+{
+    fetch_set *f = arg;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop) {
+        admit(f);
+        pthread_mutex_unlock(&f->mu);
+        int n = s3_client_run(f->o.cli, NULL, 0, FETCH_TICK_MS);
+        s3_stats cs;
+        s3_client_stats(f->o.cli, &cs);
+        pthread_mutex_lock(&f->mu);
+        f->st.requests = cs.requests;
+        f->st.retries = cs.retries;
+        f->st.bytes_fetched = cs.bytes_received;
+        if (n < 0) {            /* the client's loop failed: what is queued is left to readers */
+            for (size_t i = 0; i < f->nobj; i++)
+                for (size_t k = 0; k < f->objs[i].next; k++)
+                    if (f->objs[i].ext[k]->state == X_QUEUED) f->objs[i].ext[k]->state = X_DIRECT;
+            pthread_cond_broadcast(&f->cv);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+int fetch_new(const fetch_opts *o, fetch_set **out)
+{
+    fetch_set *f = calloc(1, sizeof *f);
+    if (!f) {
+        s3_client_free(o->cli);
+        return err_fail(-ENOMEM, "restore: out of memory");
+    }
+    f->o = *o;
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    int rc = pthread_create(&f->thread, NULL, fetch_thread, f);
+    if (rc) {
+        s3_client_free(o->cli);
+        pthread_mutex_destroy(&f->mu);
+        pthread_cond_destroy(&f->cv);
+        free(f);
+        return err_fail(-rc, "restore: cannot start the fetch thread: %s", strerror(rc));
+    }
+    *out = f;
+    return 0;
+}
+
+void fetch_free(fetch_set *f)
+{
+    if (!f) return;
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->mu);
+    s3_client_wakeup(f->o.cli);
+    pthread_join(f->thread, NULL);
+    s3_client_free(f->o.cli);       /* cancels what is in flight: on_get frees those bytes */
+    for (size_t i = 0; i < f->nobj; i++) {
+        object *ob = &f->objs[i];
+        for (size_t k = 0; k < ob->next; k++) {
+            if (ob->ext[k]->buf) drop_bytes(f, ob->ext[k]);
+            free(ob->ext[k]);
+        }
+        free(ob->ext);
+        free(ob->pend);
+        free(ob->bucket);
+        free(ob->key);
+    }
+    free(f->objs);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+/* ---- needs ---- */
+
+int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t object_len, int64_t prio,
+                 uint32_t *id)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = grow((void **)&f->objs, &f->cap_obj, f->nobj + 1, sizeof *f->objs);
+    object *ob = rc ? NULL : &f->objs[f->nobj];
+    if (ob) {
+        *ob = (object){.bucket = strdup(bucket), .key = strdup(key), .len = object_len, .prio = prio};
+        if (!ob->bucket || !ob->key) {
+            free(ob->bucket);
+            free(ob->key);
+            rc = -ENOMEM;
+        } else {
+            *id = (uint32_t)f->nobj++;
+            f->st.objects++;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
+}
+
+int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    int rc = off + len > ob->len || len == 0 ? -EINVAL : grow((void **)&ob->pend, &ob->cap_pend, ob->npend + 1,
+                                                                sizeof *ob->pend);
+    if (rc == 0) ob->pend[ob->npend++] = (span){off, off + len};
+    pthread_mutex_unlock(&f->mu);
+    if (rc == -EINVAL)
+        return err_fail(rc, "restore: range %llu+%llu outside object %s (%llu bytes)", (unsigned long long)off,
+                        (unsigned long long)len, ob->key, (unsigned long long)ob->len);
+    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Adds an extent [off, end) to ob, keeping the order. Under mu. */
+static int extent_add(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint64_t end)
+{
+    extent *x = calloc(1, sizeof *x);
+    if (!x || grow((void **)&ob->ext, &ob->cap_ext, ob->next + 1, sizeof *ob->ext) < 0) {
+        free(x);
+        return -ENOMEM;
+    }
+    *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off};
+    size_t i = ob->next;
+    while (i > 0 && ob->ext[i - 1]->off > off) {
+        ob->ext[i] = ob->ext[i - 1];
+        i--;
+    }
+    ob->ext[i] = x;
+    ob->next++;
+    return 0;
+}
+
+/* Adds extents for [off, end) where ob has none yet. Under mu. */
+static int cover(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint64_t end)
+{
+    for (size_t k = 0; k < ob->next && off < end; k++) {
+        const extent *x = ob->ext[k];
+        if (x->off + x->len <= off) continue;
+        if (x->off >= end) break;
+        if (x->off > off && extent_add(f, ob, id, off, x->off) < 0) return -ENOMEM;
+        if (x->off > off) k++;             /* the extent just added sits before x */
+        off = x->off + x->len;
+    }
+    return off < end ? extent_add(f, ob, id, off, end) : 0;
+}
+
+static int cmp_gap(const void *a, const void *b, void *ctx)
+{
+    const span *m = ctx;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    uint64_t gx = m[x + 1].off - m[x].end, gy = m[y + 1].off - m[y].end;
+    return gx < gy ? -1 : gx > gy;
+}
+
+/* Merges the sorted spans m[0..n) in place: overlapping and adjacent ones, then gaps below
+ * merge_gap, smallest first, while the gaps read through stay within a share of the needed
+ * bytes. Returns the new count; *need gets the needed bytes. */
+static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k && m[i].off <= m[k - 1].end) {
+            if (m[i].end > m[k - 1].end) m[k - 1].end = m[i].end;
+        } else {
+            m[k++] = m[i];
+        }
+    }
+    *need = 0;
+    for (size_t i = 0; i < k; i++) *need += m[i].end - m[i].off;
+    size_t *gaps = k > 1 ? malloc((k - 1) * sizeof *gaps) : NULL;
+    if (!gaps) return k;                     /* nothing to read through (or no memory for it) */
+    unsigned char *join = calloc(k, 1);
+    for (size_t i = 0; i + 1 < k; i++) gaps[i] = i;
+    qsort_r(gaps, k - 1, sizeof *gaps, cmp_gap, m);
+    uint64_t waste = 0, allowed = *need / FETCH_GAP_SHARE_DEN;
+    for (size_t g = 0; join && g + 1 < k; g++) {
+        uint64_t gap = m[gaps[g] + 1].off - m[gaps[g]].end;
+        if (gap >= merge_gap || waste + gap > allowed) break;
+        waste += gap;
+        join[gaps[g]] = 1;
+    }
+    size_t out = 0;
+    for (size_t i = 0; join && i < k; i++) {
+        if (out && join[i - 1]) m[out - 1].end = m[i].end;
+        else m[out++] = m[i];
+    }
+    free(join);
+    free(gaps);
+    return join ? out : k;
+}
+
+int fetch_commit(fetch_set *f, uint32_t id)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    qsort(ob->pend, ob->npend, sizeof *ob->pend, cmp_span);
+    span *mg = malloc((ob->npend ? ob->npend : 1) * sizeof *mg);
+    int rc = mg ? 0 : -ENOMEM;
+    uint64_t need = 0, have = 0;
+    size_t m = 0;
+    if (mg) {
+        memcpy(mg, ob->pend, ob->npend * sizeof *mg);
+        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
+    }
+    for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
+    if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) rc = cover(f, ob, id, 0, ob->len);
+    for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);
+    free(mg);
+    /* each range is one use of every extent it overlaps, as fetch_release will count it */
+    for (size_t i = 0; rc == 0 && i < ob->npend; i++)
+        for (size_t k = 0; k < ob->next; k++) {
+            extent *x = ob->ext[k];
+            if (x->off >= ob->pend[i].end || x->off + x->len <= ob->pend[i].off) continue;
+            x->uses++;
+            if (x->state == X_RELEASED) x->state = X_QUEUED;     /* needed again: fetched again */
+        }
+    if (rc == 0) ob->npend = 0;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    s3_client_wakeup(f->o.cli);
+    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
+}
+
+void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    for (size_t k = 0; k < ob->next; k++) {
+        extent *x = ob->ext[k];
+        if (x->off >= off + len || x->off + x->len <= off || x->uses == 0) continue;
+        if (--x->uses == 0) unused(f, x);
+    }
+    f->blocked_since_ms = 0;
+    pthread_mutex_unlock(&f->mu);
+    s3_client_wakeup(f->o.cli);
+}
+
+/* ---- reading ---- */
+
+/* What [off, end) of ob is now: X_READY when every byte is in ready extents, X_FAILED (x set to
+ * the failed one), X_DIRECT when some byte is not held and will not be, else X_QUEUED (wait).
+ * Under mu. */
+static int range_state(const object *ob, uint64_t off, uint64_t end, extent **failed)
+{
+    int st = X_READY;
+    uint64_t at = off;
+    for (size_t k = 0; k < ob->next && at < end; k++) {
+        extent *x = ob->ext[k];
+        if (x->off + x->len <= at) continue;
+        if (x->off > at) return X_DIRECT;            /* a hole: never planned */
+        if (x->state == X_FAILED) {
+            *failed = x;
+            return X_FAILED;
+        }
+        if (x->state == X_DIRECT || x->state == X_RELEASED) return X_DIRECT;
+        if (x->state != X_READY) st = X_QUEUED;
+        at = x->off + x->len;
+    }
+    return at < end ? X_DIRECT : st;
+}
+
+static void range_waiters(object *ob, uint64_t off, uint64_t end, int d)
+{
+    for (size_t k = 0; k < ob->next; k++) {
+        extent *x = ob->ext[k];
+        if (x->off < end && x->off + x->len > off) x->waiters += d;
+    }
+}
+
+/* Waits while [off, end) of object id is queued or in flight; returns its state then
+ * (range_state), with *failed set for X_FAILED and *waited whether it waited. Under mu. */
+static int wait_range(fetch_set *f, object *ob, uint64_t off, uint64_t end, extent **failed, int *waited)
+{
+    int st;
+    while ((st = range_state(ob, off, end, failed)) == X_QUEUED) {
+        range_waiters(ob, off, end, 1);
+        s3_client_wakeup(f->o.cli);
+        pthread_cond_wait(&f->cv, &f->mu);
+        range_waiters(ob, off, end, -1);
+        *waited = 1;
+    }
+    return st;
+}
+
+/* Takes mu and waits for [off, end) of object id (wait_range); returns the object, mu held. */
+static object *lock_range(fetch_set *f, uint32_t id, uint64_t off, uint64_t end, int *st, extent **bad, int *waited)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    *st = wait_range(f, ob, off, end, bad, waited);
+    return ob;
+}
+
+/* The outcome of a read in state st: counted; the error's detail into msg. Under mu. */
+static int read_outcome(fetch_set *f, int st, const extent *bad, int waited, size_t len, char *msg, size_t cap)
+{
+    if (st == X_FAILED) {
+        snprintf(msg, cap, "%s", bad->msg);
+        return bad->err;
+    }
+    if (st != X_READY) {
+        f->st.declined++;
+        return 0;
+    }
+    f->st.bytes_delivered += len;
+    if (waited) f->st.waits++;
+    else f->st.hits++;
+    return 1;
+}
+
+int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
+{
+    uint64_t end = off + len;
+    int waited = 0, st;
+    extent *bad = NULL;
+    object *ob = lock_range(f, id, off, end, &st, &bad, &waited);
+    int rc = read_outcome(f, st, bad, waited, len, msg, cap);
+    /* the pieces to copy; their bytes stay while the caller holds a use of the range, so
+     * the copy runs outside the lock (readers copy in parallel) */
+    enum { MAX_PIECES = 16 };
+    const uint8_t *src[MAX_PIECES];
+    uint64_t at[MAX_PIECES], n[MAX_PIECES];
+    size_t np = 0;
+    for (size_t k = 0; rc == 1 && k < ob->next; k++) {
+        const extent *x = ob->ext[k];
+        if (x->off >= end || x->off + x->len <= off) continue;
+        uint64_t a = x->off > off ? x->off : off, b = x->off + x->len < end ? x->off + x->len : end;
+        if (np == MAX_PIECES) {             /* a range over very many extents: copy under the lock */
+            memcpy((uint8_t *)dst + (a - off), x->buf + (a - x->off), (size_t)(b - a));
+            continue;
+        }
+        src[np] = x->buf + (a - x->off);
+        at[np] = a - off;
+        n[np++] = b - a;
+    }
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < np; i++) memcpy((uint8_t *)dst + at[i], src[i], (size_t)n[i]);
+    return rc;
+}
+
+int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap)
+{
+    uint64_t end = off + len;
+    int waited = 0, st;
+    extent *bad = NULL;
+    object *ob = lock_range(f, id, off, end, &st, &bad, &waited);
+    const extent *one = NULL;
+    for (size_t k = 0; st == X_READY && k < ob->next && !one; k++)
+        if (ob->ext[k]->off <= off && ob->ext[k]->off + ob->ext[k]->len >= end) one = ob->ext[k];
+    int rc = st == X_READY && !one ? 0 : read_outcome(f, st, bad, waited, len, msg, cap);
+    if (rc == 1) *out = one->buf + (off - one->off);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+void fetch_get_stats(fetch_set *f, fetch_stats *out)
+{
+    pthread_mutex_lock(&f->mu);
+    *out = f->st;
+    out->held_bytes = f->held;
+    pthread_mutex_unlock(&f->mu);
+}

@@ -1,0 +1,98 @@
+/*
+ * dstl/read/fetch.h — the restore plan's fetch layer: byte ranges of remote objects, fetched
+ * once for every reader that needs them, in parallel, into memory bounded by a budget.
+ *
+ * It knows objects (bucket, key, length) and byte ranges only — nothing of segments, sections
+ * or records (restore.c decides which ranges a plan needs; segread.c verifies the bytes).
+ *
+ *   needs    fetch_need adds a range of an object with one *use*; fetch_commit turns the
+ *            object's pending ranges into *extents* (what one GET fetches): overlapping and
+ *            adjacent ranges are one; gaps below the merge gap are read through, smallest
+ *            first, while they add at most 1/FETCH_GAP_SHARE_DEN of the needed bytes; and when
+ *            most of the object (FETCH_WHOLE_NUM / FETCH_WHOLE_DEN) is needed the whole object
+ *            is one extent. Each pending range adds
+ *            a use to every extent it overlaps; fetch_release of the same range drops it.
+ *   fetching one thread per set drives its own S3 client: queued extents start in priority
+ *            order (an object's prio, then offset), at most max_gets at once, and only while the
+ *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
+ *   holding  an extent's bytes stay in memory while it has uses; the last release frees them.
+ *   reading  fetch_read copies a range out of ready extents, waiting while they are queued or
+ *            being fetched. It answers 0 — "fetch it yourself" — for bytes no extent covers,
+ *            bytes already released, and extents the set gave up holding: one larger than the
+ *            budget, or, when the budget is full of bytes whose readers wait for others and
+ *            nothing is in flight, the extents readers wait for (so a plan never deadlocks;
+ *            those readers GET what they need themselves).
+ *
+ * Threads: everything is thread-safe (one mutex per set); fetch_read blocks. GET callbacks run
+ * on the set's thread. The set's client is used by that thread only.
+ */
+#ifndef DSTL_FETCH_H
+#define DSTL_FETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "s3/s3.h"
+
+/* Most of an object is needed: 4/5 of it. Fetching the rest too costs at most a quarter more
+ * bytes, and saves a request per gap (a round trip, 1-50 ms) and the per-request overhead
+ * that makes many small ranged GETs slow. */
+#define FETCH_WHOLE_NUM 4u
+#define FETCH_WHOLE_DEN 5u
+/* Gaps read through (each below the merge gap) add at most this share of an object's needed
+ * bytes: the smallest gaps first. A reader of a few key groups of small sections (many gaps
+ * below the merge gap) then fetches at most an eighth more than it needs, in fewer requests. */
+#define FETCH_GAP_SHARE_DEN 8u
+
+typedef struct fetch_set fetch_set;
+
+typedef struct {
+    s3_client *cli;             /* the set's from now on (freed by fetch_free, also on failure) */
+    uint64_t budget_bytes;      /* bytes held plus in flight at most; 0: nothing is fetched ahead */
+    unsigned max_gets;          /* GETs in flight at most; 0: 8 */
+    uint32_t merge_gap_bytes;   /* ranges closer than this are fetched as one */
+    /* Optional: asked before an extent's bytes are admitted (1 yes, 0 no), told when they are
+     * freed; lets another user of the same bound (the reader cache) share it. */
+    int (*reserve)(void *ctx, uint64_t bytes);
+    void (*unreserve)(void *ctx, uint64_t bytes);
+    void *reserve_ctx;
+} fetch_opts;
+
+typedef struct {
+    uint64_t objects, objects_fetched;   /* objects named / of which some GET succeeded */
+    uint64_t requests, retries, bytes_fetched;  /* the set's client: attempts, response bytes */
+    uint64_t failures;                   /* GETs that failed after every attempt */
+    uint64_t bytes_delivered;            /* bytes fetch_read copied out */
+    uint64_t hits, waits, declined;      /* reads: served at once / after waiting / answered 0 */
+    uint64_t held_bytes, held_peak_bytes;
+} fetch_stats;
+
+/* Starts the set's thread. Returns 0, -ENOMEM or the thread's error (detail set). */
+int fetch_new(const fetch_opts *o, fetch_set **out);
+/* Stops the thread (GETs in flight are cancelled), frees everything. NULL is fine. */
+void fetch_free(fetch_set *f);
+
+/* Names an object; *id identifies it from now on. Lower prio is fetched first. */
+int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t object_len, int64_t prio,
+                 uint32_t *id);
+/* A pending range [off, off + len) of object id, with one use. -EINVAL outside the object. */
+int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
+/* Makes extents of id's pending ranges and queues them. Returns 0 or -ENOMEM. */
+int fetch_commit(fetch_set *f, uint32_t id);
+/* Drops one use of every extent [off, off + len) overlaps (the range of an earlier fetch_need). */
+void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
+
+/* Copies [off, off + len) of object id into dst. Returns 1 (copied), 0 (not held: the caller
+ * fetches it itself), or the GET's error with its detail in msg ("s3://bucket/key: ...").
+ * Blocks while the extents are queued or in flight. The caller holds a use of the range
+ * (the copy runs outside the set's lock). */
+int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
+
+/* As fetch_read, without the copy: when [off, off + len) lies in one extent, *out points at
+ * its bytes, valid while the caller holds a use of the range (fetch_need .. fetch_release).
+ * 0 also when the range spans extents (the caller copies with fetch_read). Blocking. */
+int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap);
+
+void fetch_get_stats(fetch_set *f, fetch_stats *out);
+
+#endif

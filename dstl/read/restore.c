@@ -1,0 +1,511 @@
+/*
+ * dstl/read/restore.c — restore plans: from (handles, key-group range) entries to the objects
+ * and byte ranges the fetch layer (fetch.c) fetches once for all readers.
+ *
+ * Planning, per piece of every handle of every entry, whose segment is remote (the handle has
+ * a remote_uri, and no local copy of the handle's length exists — a local copy is read first,
+ * as every reader does):
+ *   - the entry's key groups cover the piece's: the piece needs its whole section and the
+ *     segment's footer + trailer, known from the handle alone;
+ *   - they cut it (a rescaled reader): the segment's footer is fetched first (all such
+ *     footers in parallel, before dstl_restore_plan returns), its index parsed and checked
+ *     (segread_index), and the piece needs the footer and segread_ranges of its section: the
+ *     same ranges its reader will ask for.
+ * Every such need is one use of the extents it overlaps (fetch.h); the reader drops its
+ * pieces' needs as it passes them (restore_pieces_done) and all the rest when it closes. The
+ * fetch order is the segments' name order (run id, then number: the order they were written),
+ * which is the order each reader consumes them in.
+ *
+ * Threads: the plan is shared by its readers' threads; `mu` guards the per-handle bookkeeping
+ * (open, pieces done) and the readers' counters; the tables made at planning are read-only
+ * afterwards.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstl/read/restore.h"
+#include "dstl/read/cache.h"
+#include "dstl/read/fetch.h"
+#include "dstl/read/segread.h"
+#include "dstl/err.h"
+#include "dstl/handle.h"
+#include "dstl/storage.h"
+#include "dstl/local/segstore.h"
+#include "dstl/remote/remote.h"
+#include "dstl/u64map.h"
+
+enum { NEED_NONE = 0, NEED_DEFERRED = -1 };
+
+typedef struct {
+    int64_t obj;                /* the plan object (index into p->objs), -1 none */
+    int nr;                     /* ranges held in off/len; NEED_DEFERRED until the index is in */
+    uint64_t off[3], len[3];
+} piece_need;
+
+typedef struct {
+    wire_handle *wh;
+    int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched */
+    piece_need *need;           /* per piece */
+    size_t done;                /* pieces below this are released */
+    int open;
+} plan_handle;
+
+typedef struct {
+    uint32_t kg_first, kg_last;
+    size_t nh;
+    plan_handle *h;
+} plan_entry;
+
+typedef struct {
+    char *uri;                  /* s3://bucket/key */
+    const char *key;            /* inside uri */
+    char bucket[64];
+    const wire_seg_ref *g;      /* of the first handle naming it */
+    int64_t next;               /* same hash */
+    int local;                  /* a local copy of the right length: not fetched */
+    int need_index;
+    uint32_t fid;               /* the fetch set's id */
+    int ix_state;               /* 0 not tried, 1 ix parsed, -1 failed (under ix_mu) */
+    wire_index *ix;             /* shared by the readers: read-only once parsed */
+    pthread_mutex_t ix_mu;      /* made by name_objects */
+} plan_obj;
+
+struct dstl_restore {
+    dstl_storage *s;
+    pthread_mutex_t mu;
+    fetch_set *fs;
+    plan_entry *e;
+    size_t n;
+    plan_obj *objs;
+    size_t nobj, cap_obj;
+    u64map byhash;              /* uri hash -> first object index + 1 */
+    int readers;
+    keyring *keys;              /* the storage's key file at plan time (NULL: none) */
+    int ix_mu_made;             /* the objects' ix_mu exist */
+    uint64_t local_segments, object_bytes;
+    uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
+};
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* ---- objects ---- */
+
+/* The plan object of segment g of a handle at loc; made (and its local copy probed) when new. */
+static int64_t object_of(dstl_restore *p, const remote_loc *loc, const wire_seg_ref *g)
+{
+    char uri[1100];
+    int k = snprintf(uri, sizeof uri, "s3://%s/", loc->bucket);
+    if (remote_key(loc, g->name, uri + k, sizeof uri - (size_t)k) < 0) return -1;
+    uint64_t h = str_hash(uri);
+    for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
+        if (strcmp(p->objs[i].uri, uri) == 0) return i;
+    if (p->nobj == p->cap_obj) {
+        size_t cap = p->cap_obj ? 2 * p->cap_obj : 16;
+        plan_obj *o = realloc(p->objs, cap * sizeof *o);
+        if (!o) return -2;
+        p->objs = o;
+        p->cap_obj = cap;
+    }
+    plan_obj *o = &p->objs[p->nobj];
+    *o = (plan_obj){.uri = strdup(uri), .g = g, .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1};
+    if (!o->uri || u64map_put(&p->byhash, h, (void *)(uintptr_t)(p->nobj + 1)) < 0) {
+        free(o->uri);
+        return -2;
+    }
+    o->key = o->uri + k;
+    snprintf(o->bucket, sizeof o->bucket, "%s", loc->bucket);
+    uint64_t size = 0;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dstl_last_error());
+    o->local = segstore_size(p->s->local_dir, g->name, &size) == 0 && size == g->object_len;
+    (void)err_fail(0, "%s", saved);         /* a missing local copy is no failure of the plan */
+    p->local_segments += o->local;
+    p->object_bytes += g->object_len;
+    return (int64_t)p->nobj++;
+}
+
+/* Fills seg_obj of every handle: the plan object of each segment, -1 when not fetched. */
+static int map_objects(dstl_restore *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) {
+            plan_handle *ph = &p->e[i].h[k];
+            remote_loc loc;
+            int has = *ph->wh->remote_uri && remote_parse_uri(ph->wh->remote_uri, "handle remote uri", &loc) == 0;
+            for (size_t g = 0; g < ph->wh->nsegs; g++) {
+                int64_t o = has ? object_of(p, &loc, &ph->wh->segs[g]) : -1;
+                if (o == -2) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+                ph->seg_obj[g] = o >= 0 && !p->objs[o].local ? o : -1;
+            }
+        }
+    err_clear();
+    return 0;
+}
+
+static int cmp_obj_name(const void *a, const void *b, void *ctx)
+{
+    const plan_obj *o = ctx;
+    return strcmp(o[*(const size_t *)a].g->name, o[*(const size_t *)b].g->name);
+}
+
+/* Names the fetched objects to the fetch set, in name order (= the order they were written). */
+static int name_objects(dstl_restore *p)
+{
+    size_t *ord = malloc((p->nobj ? p->nobj : 1) * sizeof *ord);
+    if (!ord) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    for (size_t i = 0; i < p->nobj; i++) ord[i] = i;
+    qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_name, p->objs);
+    int rc = 0;
+    for (size_t i = 0; i < p->nobj; i++) pthread_mutex_init(&p->objs[i].ix_mu, NULL);
+    p->ix_mu_made = 1;
+    for (size_t i = 0; i < p->nobj && rc == 0; i++) {
+        plan_obj *o = &p->objs[ord[i]];
+        if (!o->local) rc = fetch_object(p->fs, o->bucket, o->key, o->g->object_len, (int64_t)i, &o->fid);
+    }
+    free(ord);
+    return rc;
+}
+
+/* ---- needs ---- */
+
+static int need_add(dstl_restore *p, piece_need *nd, uint64_t off, uint64_t len)
+{
+    if (len == 0) return 0;
+    nd->off[nd->nr] = off;
+    nd->len[nd->nr] = len;
+    nd->nr++;
+    return fetch_need(p->fs, p->objs[nd->obj].fid, off, len);
+}
+
+/* Needs of every piece whose section the entry reads whole; the others wait for the index. */
+static int plan_whole_pieces(dstl_restore *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_entry *pe = &p->e[i];
+        for (size_t k = 0; k < pe->nh; k++) {
+            plan_handle *ph = &pe->h[k];
+            for (size_t q = 0; q < ph->wh->npieces; q++) {
+                const wire_piece *pc = &ph->wh->pieces[q];
+                piece_need *nd = &ph->need[q];
+                nd->obj = ph->seg_obj[pc->seg];
+                if (nd->obj < 0) continue;
+                int whole = pc->kg_first > pc->kg_last ||
+                            (pe->kg_first <= pc->kg_first && pc->kg_last <= pe->kg_last);
+                if (!whole) {
+                    nd->nr = NEED_DEFERRED;
+                    p->objs[nd->obj].need_index = 1;
+                    continue;
+                }
+                const wire_seg_ref *g = &ph->wh->segs[pc->seg];
+                int rc = need_add(p, nd, g->footer_offset, g->object_len - g->footer_offset);
+                if (rc == 0) rc = need_add(p, nd, pc->offset, pc->stored_len);
+                if (rc < 0) return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The deferred pieces of object o, from its index ix (NULL: the index could not be had; those
+ * pieces are left to their readers, which report what is wrong). */
+static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
+{
+    const wire_seg_ref *g = p->objs[o].g;
+    for (size_t i = 0; i < p->n; i++) {
+        const plan_entry *pe = &p->e[i];
+        for (size_t k = 0; k < pe->nh; k++) {
+            plan_handle *ph = &pe->h[k];
+            for (size_t q = 0; q < ph->wh->npieces; q++) {
+                piece_need *nd = &ph->need[q];
+                if (nd->obj != o || nd->nr != NEED_DEFERRED) continue;
+                nd->nr = 0;
+                char msg[1200];
+                const wire_section_info *sec =
+                    ix ? segread_piece_section(ix, &ph->wh->pieces[q], ph->wh->writer_id, p->objs[o].uri, msg,
+                                               sizeof msg) : NULL;
+                if (!sec) continue;
+                uint64_t off[2], len[2];
+                int n = segread_ranges(sec, pe->kg_first, pe->kg_last, off, len);
+                int rc = need_add(p, nd, g->footer_offset, g->object_len - g->footer_offset);
+                for (int r = 0; r < n && rc == 0; r++) rc = need_add(p, nd, off[r], len[r]);
+                if (rc < 0) return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Fetches the footers of the objects some entry cuts (in parallel), then plans their pieces. */
+static int plan_indexed(dstl_restore *p)
+{
+    int rc = 0;
+    for (size_t o = 0; o < p->nobj && rc == 0; o++) {
+        const wire_seg_ref *g = p->objs[o].g;
+        if (p->objs[o].need_index) rc = fetch_need(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset);
+        if (rc == 0 && !p->objs[o].local) rc = fetch_commit(p->fs, p->objs[o].fid);
+    }
+    for (size_t o = 0; o < p->nobj && rc == 0; o++) {
+        if (!p->objs[o].need_index) continue;
+        const wire_seg_ref *g = p->objs[o].g;
+        size_t len = (size_t)(g->object_len - g->footer_offset);
+        uint8_t *buf = malloc(len ? len : 1);
+        if (!buf) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+        char msg[1200];
+        wire_index *ix = NULL;
+        if (fetch_read(p->fs, p->objs[o].fid, g->footer_offset, len, buf, msg, sizeof msg) == 1)
+            segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset, len, p->objs[o].uri, &ix,
+                          msg, sizeof msg);
+        free(buf);
+        rc = plan_cut_pieces(p, (int64_t)o, ix);
+        p->objs[o].ix = ix;             /* the readers' too (planning runs before any reader) */
+        p->objs[o].ix_state = ix ? 1 : -1;
+        if (rc == 0) rc = fetch_commit(p->fs, p->objs[o].fid);
+        fetch_release(p->fs, p->objs[o].fid, g->footer_offset, len);     /* the planner's own use */
+    }
+    return rc;
+}
+
+/* ---- the plan ---- */
+
+static int cache_reserve_hook(void *ctx, uint64_t bytes) { return cache_reserve(ctx, bytes); }
+static void cache_unreserve_hook(void *ctx, uint64_t bytes) { cache_unreserve(ctx, bytes); }
+
+/* A restore GET may be a whole object of many MB sharing the link with the plan's other GETs:
+ * its attempt gets dstl.upload.timeout plus the largest object's transfer at this rate per
+ * connection before a hedged twin starts (a hedge of a large GET that is merely sharing
+ * bandwidth only doubles the bytes). 20 MB/s is a slow share of a 1 Gbit/s link among 8. */
+#define FETCH_MIN_RATE_BYTES_PER_MS 20000u
+
+static int start_fetching(dstl_restore *p)
+{
+    config_values cv = p->s->conf;
+    cv.upload_connections = p->s->conf.recovery_connections;
+    uint64_t largest = 0;
+    for (size_t o = 0; o < p->nobj; o++)
+        if (!p->objs[o].local && p->objs[o].g->object_len > largest) largest = p->objs[o].g->object_len;
+    uint64_t t = cv.upload_timeout_ms + largest / FETCH_MIN_RATE_BYTES_PER_MS;
+    cv.upload_timeout_ms = t > UINT32_MAX ? UINT32_MAX : t;
+    s3_client *cli;
+    int rc = remote_client_new(&cv, &cli);
+    if (rc < 0) return rc;
+    read_cache *c = cache_get(p->s);
+    fetch_opts fo = {.cli = cli, .budget_bytes = p->s->conf.cache_max_size_bytes,
+                     .max_gets = p->s->conf.recovery_connections, .merge_gap_bytes = SEGREAD_MERGE_GAP_BYTES,
+                     .reserve = c ? cache_reserve_hook : NULL, .unreserve = c ? cache_unreserve_hook : NULL,
+                     .reserve_ctx = c};
+    return fetch_new(&fo, &p->fs);
+}
+
+static void plan_free(dstl_restore *p)
+{
+    fetch_free(p->fs);
+    for (size_t i = 0; p->e && i < p->n; i++) {
+        for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) {
+            wire_handle_free(p->e[i].h[k].wh);
+            free(p->e[i].h[k].seg_obj);
+            free(p->e[i].h[k].need);
+        }
+        free(p->e[i].h);
+    }
+    for (size_t o = 0; o < p->nobj; o++) {
+        free(p->objs[o].uri);
+        wire_index_free(p->objs[o].ix);
+        if (p->ix_mu_made) pthread_mutex_destroy(&p->objs[o].ix_mu);
+    }
+    free(p->objs);
+    free(p->e);
+    keyring_unref(p->keys);
+    u64map_destroy(&p->byhash);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* Copies the entries' handles. */
+static int copy_entries(dstl_restore *p, const dstl_restore_entry *entries)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        const dstl_restore_entry *en = &entries[i];
+        if (en->key_group_first > en->key_group_last || (en->nhandles && !en->handles))
+            return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: empty key group range %u-%u or NULL handles", i,
+                            en->key_group_first, en->key_group_last);
+        p->e[i] = (plan_entry){en->key_group_first, en->key_group_last, en->nhandles, NULL};
+        if (!(p->e[i].h = calloc(en->nhandles + 1, sizeof *p->e[i].h))) return -ENOMEM;
+        for (size_t k = 0; k < en->nhandles; k++) {
+            if (!en->handles[k]) return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: handle %zu is NULL", i, k);
+            plan_handle *ph = &p->e[i].h[k];
+            if (!(ph->wh = wire_handle_dup(en->handles[k]->wh)) ||
+                !(ph->seg_obj = calloc(ph->wh->nsegs + 1, sizeof *ph->seg_obj)) ||
+                !(ph->need = calloc(ph->wh->npieces + 1, sizeof *ph->need)))
+                return -ENOMEM;
+            for (size_t q = 0; q < ph->wh->npieces; q++) ph->need[q].obj = -1;
+        }
+    }
+    return 0;
+}
+
+int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t n, dstl_restore **out)
+{
+    if (!s || !entries || !out || n == 0) return err_fail(-EINVAL, "dstl_restore_plan: NULL argument or no entry");
+    dstl_restore *p = calloc(1, sizeof *p);
+    if (!p) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    p->s = s;
+    p->n = n;
+    p->keys = key_source_get(&s->keys);
+    pthread_mutex_init(&p->mu, NULL);
+    u64map_init(&p->byhash);
+    int rc = (p->e = calloc(n, sizeof *p->e)) ? copy_entries(p, entries) : -ENOMEM;
+    if (rc == -ENOMEM) err_fail(rc, "dstl_restore_plan: out of memory");
+    if (rc == 0) rc = map_objects(p);
+    size_t fetched = 0;
+    for (size_t o = 0; o < p->nobj; o++) fetched += !p->objs[o].local;
+    if (rc == 0 && fetched) rc = start_fetching(p);
+    if (rc == 0 && fetched) rc = name_objects(p);
+    if (rc == 0 && fetched) rc = plan_whole_pieces(p);
+    if (rc == 0 && fetched) rc = plan_indexed(p);
+    if (rc < 0) {
+        plan_free(p);
+        return rc;
+    }
+    *out = p;
+    return 0;
+}
+
+int dstl_restore_get_stats(dstl_restore *p, dstl_restore_stats *out)
+{
+    if (!p || !out) return err_fail(-EINVAL, "dstl_restore_get_stats: NULL argument");
+    fetch_stats fs = {0};
+    if (p->fs) fetch_get_stats(p->fs, &fs);
+    pthread_mutex_lock(&p->mu);
+    *out = (dstl_restore_stats){
+        .objects = p->nobj, .object_bytes = p->object_bytes, .local_segments = p->local_segments,
+        .objects_fetched = fs.objects_fetched, .get_requests = fs.requests + p->own_requests,
+        .bytes_fetched = fs.bytes_fetched + p->own_bytes, .bytes_delivered = fs.bytes_delivered,
+        .cache_hits = fs.hits, .direct_reads = p->direct, .held_bytes = fs.held_bytes,
+        .held_peak_bytes = fs.held_peak_bytes};
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+int dstl_restore_close(dstl_restore *p)
+{
+    if (!p) return 0;
+    pthread_mutex_lock(&p->mu);
+    int busy = p->readers;
+    pthread_mutex_unlock(&p->mu);
+    if (busy) return err_fail(-EBUSY, "dstl_restore_close: %d reader(s) of the plan still open", busy);
+    dstl_restore_stats st;
+    dstl_restore_get_stats(p, &st);
+    fetch_stats fs = {0};
+    if (p->fs) fetch_get_stats(p->fs, &fs);
+    reader_counters *rd = &p->s->rd;
+    /* the readers' own GETs were counted by their accounting already; the plan's are added here */
+    atomic_fetch_add_explicit(&rd->requests, fs.requests, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->retries, fs.retries, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->failures, fs.failures, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->bytes, fs.bytes_fetched, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restores, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restore_objects_fetched, st.objects_fetched, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restore_requests, st.get_requests, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restore_bytes_fetched, st.bytes_fetched, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restore_bytes_delivered, st.bytes_delivered, memory_order_relaxed);
+    atomic_fetch_add_explicit(&rd->restore_cache_hits, st.cache_hits, memory_order_relaxed);
+    plan_free(p);
+    return 0;
+}
+
+/* ---- what readers ask ---- */
+
+int restore_claim(dstl_restore *p, size_t entry, size_t handle, const wire_handle **wh, uint32_t *kg_first,
+                  uint32_t *kg_last)
+{
+    if (entry >= p->n || handle >= p->e[entry].nh)
+        return err_fail(-EINVAL, "dstl_restore_reader_open: no handle %zu in entry %zu of %zu", handle, entry, p->n);
+    plan_handle *ph = &p->e[entry].h[handle];
+    pthread_mutex_lock(&p->mu);
+    int was = ph->open;
+    if (!was) {
+        ph->open = 1;
+        p->readers++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (was) return err_fail(-EBUSY, "dstl_restore_reader_open: entry %zu handle %zu is open already", entry, handle);
+    *wh = ph->wh;
+    *kg_first = p->e[entry].kg_first;
+    *kg_last = p->e[entry].kg_last;
+    return 0;
+}
+
+dstl_storage *restore_storage(const dstl_restore *p) { return p->s; }
+
+int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg)
+{
+    return p->e[entry].h[handle].seg_obj[seg];
+}
+
+int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
+{
+    return fetch_read(p->fs, p->objs[obj].fid, off, len, dst, msg, cap);
+}
+
+int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const uint8_t **out, char *msg,
+                   size_t cap)
+{
+    return fetch_borrow(p->fs, p->objs[obj].fid, off, len, out, msg, cap);
+}
+
+const wire_index *restore_index(dstl_restore *p, int64_t obj)
+{
+    plan_obj *o = &p->objs[obj];
+    pthread_mutex_lock(&o->ix_mu);
+    if (o->ix_state == 0) {
+        const wire_seg_ref *g = o->g;
+        size_t len = (size_t)(g->object_len - g->footer_offset);
+        uint8_t *buf = malloc(len ? len : 1);
+        char msg[1200];
+        int rc = buf ? fetch_read(p->fs, o->fid, g->footer_offset, len, buf, msg, sizeof msg) : 0;
+        if (rc == 1) rc = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset, len, o->uri,
+                                       &o->ix, msg, sizeof msg) == 0 ? 1 : -1;
+        if (rc != 0) o->ix_state = rc;  /* 0: the plan does not hold the footer: a later reader tries again */
+        free(buf);
+    }
+    const wire_index *ix = o->ix_state == 1 ? o->ix : NULL;
+    pthread_mutex_unlock(&o->ix_mu);
+    return ix;
+}
+
+/* Drops the needs of pieces [done, end) of ph. Under mu. */
+static void release_upto(dstl_restore *p, plan_handle *ph, size_t end)
+{
+    for (; ph->done < end && ph->done < ph->wh->npieces; ph->done++) {
+        const piece_need *nd = &ph->need[ph->done];
+        for (int r = 0; nd->obj >= 0 && r < nd->nr; r++) fetch_release(p->fs, p->objs[nd->obj].fid, nd->off[r], nd->len[r]);
+    }
+}
+
+void restore_pieces_done(dstl_restore *p, size_t entry, size_t handle, size_t piece_end)
+{
+    pthread_mutex_lock(&p->mu);
+    release_upto(p, &p->e[entry].h[handle], piece_end);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void restore_reader_closed(dstl_restore *p, size_t entry, size_t handle, uint64_t requests, uint64_t bytes,
+                           uint64_t direct_reads)
+{
+    pthread_mutex_lock(&p->mu);
+    plan_handle *ph = &p->e[entry].h[handle];
+    release_upto(p, ph, ph->wh->npieces);
+    p->own_requests += requests;
+    p->own_bytes += bytes;
+    p->direct += direct_reads;
+    p->readers--;
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,721 @@
+/*
+ * tests/test_remote_restore.c — restore plans (dstl_restore_plan): a whole job's readers
+ * restoring at once from S3, each needed object fetched once; rescaled readers fetching only
+ * their key groups; the memory/cache bound (bytes, files, fds) through a restore larger than
+ * it, and the cache a killed run leaves trimmed at the next open (never a live run's); local
+ * copies first, a bad or missing one read from S3 per segment.
+ *
+ * Segments are written by a storage with remote durability on the fixture's prefix (the real
+ * upload path); the restore runs in a fresh storage whose local dir is another scratch dir
+ * (the writer's deleted), unless a test reads the local copies.
+ *
+ * Records: writer w, seq n: a meta record when n % META_EVERY == 7, else a data record in key
+ * group n % NKG; payload PAYLOAD_RANDOM of stream w, index n. Every read is checked record by
+ * record (check_reader: no Criterion calls, reader threads use it).
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dstl.h"
+#include "helpers.h"
+#include "helpers_dstl.h"
+#include "helpers_remote.h"
+#include "payload.h"
+#include "dstl/handle.h"
+#include "dstl/remote/remote.h"
+#include "dstl/seams.h"
+#include "wire/wire.h"
+
+#define NKG 16u
+#define META_EVERY 50u
+#define MAXW 64
+
+static t_remote fx;
+static char *wdir, *rdir, *cdir;
+
+static void setup(void)
+{
+    t_remote_init(&fx, "restore");
+    wdir = t_mkdtemp("rs-w");
+    rdir = t_mkdtemp("rs-r");
+    cdir = t_mkdtemp("rs-c");
+}
+
+static void teardown(void)
+{
+    t_remote_fini(&fx);
+    t_rm_rf(wdir);
+    t_rm_rf(rdir);
+    t_rm_rf(cdir);
+    free(wdir);
+    free(rdir);
+    free(cdir);
+}
+
+TestSuite(remote_restore, .init = setup, .fini = teardown, .timeout = 240);
+
+static int is_meta(uint64_t seq) { return seq % META_EVERY == 7; }
+
+static int wanted(uint64_t seq, uint32_t kgf, uint32_t kgl)
+{
+    return is_meta(seq) || (seq % NKG >= kgf && seq % NKG <= kgl);
+}
+
+/* ---- writing ---- */
+
+typedef struct {
+    uint32_t nwriters, rounds;
+    uint64_t per_round;
+    size_t max_len;
+    const char *persist_delay;
+    const char *batch_bytes;     /* dstl.batch.persist-size-threshold; NULL: the default */
+    dstl_handle *last[MAXW];     /* per writer: [0, everything) */
+} job;
+
+/* Each writer appends per_round records per round and persists from 0 after it (a checkpoint
+ * over everything since the start); the last handles cover every segment. */
+static void write_job(job *jb, const char *dir)
+{
+    dstl_storage *s = t_remote_open(&fx, dir, "dstl.batch.persist-delay", jb->persist_delay,
+                                    "dstl.batch.persist-size-threshold", jb->batch_bytes ? jb->batch_bytes : "10mb", NULL);
+    dstl_writer *w[MAXW];
+    uint8_t *buf = malloc(jb->max_len + 1);
+    for (uint32_t i = 0; i < jb->nwriters; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "task-%u", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, NKG - 1, &w[i]), 0, "%s", dstl_last_error());
+    }
+    for (uint32_t round = 0; round < jb->rounds; round++) {
+        dstl_future *f[MAXW];
+        for (uint32_t i = 0; i < jb->nwriters; i++) {
+            for (uint64_t k = 0; k < jb->per_round; k++) {
+                uint64_t seq = dstl_writer_next_seq(w[i]);
+                size_t len = payload_make(PAYLOAD_RANDOM, i, seq, jb->max_len, buf);
+                int rc = is_meta(seq) ? dstl_append_meta(w[i], buf, len)
+                                      : dstl_append(w[i], (uint32_t)(seq % NKG), buf, len);
+                cr_assert_eq(rc, 0, "%s", dstl_last_error());
+            }
+            cr_assert_eq(dstl_persist(w[i], 0, round + 1, &f[i]), 0, "%s", dstl_last_error());
+        }
+        for (uint32_t i = 0; i < jb->nwriters; i++) {
+            cr_assert_eq(dstl_future_wait(f[i], 60000), 0);
+            dstl_handle *h = NULL;
+            cr_assert_eq(dstl_future_result(f[i], &h), 0, "%s", dstl_last_error());
+            dstl_future_free(f[i]);
+            if (round + 1 == jb->rounds) jb->last[i] = h;
+            else dstl_handle_free(h);
+        }
+    }
+    free(buf);
+    for (uint32_t i = 0; i < jb->nwriters; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+}
+
+static void job_free(job *jb)
+{
+    for (uint32_t i = 0; i < jb->nwriters; i++) dstl_handle_free(jb->last[i]);
+}
+
+/* The distinct segments the job's handles name, and their bytes: the objects a full restore
+ * needs (counted from the handles, not from the plan). */
+static size_t needed_objects(const job *jb, uint64_t *bytes)
+{
+    const char *names[4096];
+    size_t n = 0;
+    *bytes = 0;
+    for (uint32_t i = 0; i < jb->nwriters; i++) {
+        const wire_handle *wh = jb->last[i]->wh;
+        for (size_t k = 0; k < wh->nsegs; k++) {
+            size_t q = 0;
+            while (q < n && strcmp(names[q], wh->segs[k].name) != 0) q++;
+            if (q < n) continue;
+            cr_assert_lt(n, 4096);
+            names[n++] = wh->segs[k].name;
+            *bytes += wh->segs[k].object_len;
+        }
+    }
+    return n;
+}
+
+/* ---- reading ---- */
+
+/* Reads r to its end and checks every record of writer wid's handle h over [kgf, kgl]: exactly
+ * the meta records and the data records of those key groups, in seq order, with their
+ * payloads. Returns the records read, the reader's error, or -1 with why[] saying what differs. */
+static long check_reader(dstl_reader *r, const dstl_handle *h, uint32_t wid, uint32_t kgf, uint32_t kgl,
+                         size_t max_len, char *why, size_t cap)
+{
+    uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
+    long n = 0;
+    int rc;
+    dstl_record rec;
+    for (;;) {
+        while (seq < to && !wanted(seq, kgf, kgl)) seq++;
+        if ((rc = dstl_reader_next(r, &rec)) <= 0) break;
+        size_t len = payload_len(wid, seq, max_len);
+        if (rec.seq != seq || rec.is_meta != is_meta(seq) || (!rec.is_meta && rec.key_group != seq % NKG) ||
+            rec.len != len || payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) != len) {
+            snprintf(why, cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu", wid,
+                     (unsigned long)rec.seq, rec.is_meta, rec.key_group, rec.len, (unsigned long)seq);
+            return -1;
+        }
+        seq++;
+        n++;
+    }
+    if (rc < 0) {
+        snprintf(why, cap, "writer %u: %s", wid, dstl_last_error());
+        return rc;
+    }
+    while (seq < to && !wanted(seq, kgf, kgl)) seq++;
+    if (seq != to) {
+        snprintf(why, cap, "writer %u: records from seq %lu on are missing", wid, (unsigned long)seq);
+        return -1;
+    }
+    return n;
+}
+
+static long expected(const dstl_handle *h, uint32_t kgf, uint32_t kgl)
+{
+    long n = 0;
+    for (uint64_t q = dstl_handle_from_seq(h); q < dstl_handle_to_seq(h); q++) n += wanted(q, kgf, kgl);
+    return n;
+}
+
+/* A storage that restores: local dir `dir`, the fixture's S3 settings, local durability (it
+ * writes nothing), then key/value pairs (NULL-terminated). */
+static dstl_storage *open_restorer(const char *dir, ...)
+{
+    dstl_config *c = t_config(dir, NULL);
+    t_remote_set_s3(&fx, c);
+    va_list ap;
+    va_start(ap, dir);
+    const char *k;
+    while ((k = va_arg(ap, const char *))) {
+        const char *v = va_arg(ap, const char *);
+        cr_assert_eq(dstl_config_set(c, k, v), 0, "%s: %s", k, dstl_last_error());
+    }
+    va_end(ap);
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    return s;
+}
+
+/* One plan entry per writer (its last handle), all over [kgf, kgl]. */
+static dstl_restore *plan_all(dstl_storage *s, const job *jb, uint32_t kgf, uint32_t kgl)
+{
+    dstl_restore_entry e[MAXW];
+    for (uint32_t i = 0; i < jb->nwriters; i++)
+        e[i] = (dstl_restore_entry){(const dstl_handle *const *)&jb->last[i], 1, kgf, kgl};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, jb->nwriters, &p), 0, "%s", dstl_last_error());
+    return p;
+}
+
+typedef struct {
+    dstl_restore *p;
+    const job *jb;
+    uint32_t wid, kgf, kgl;
+    long n;
+    char why[600];
+} reader_arg;
+
+static void *reader_thread(void *arg)
+{
+    reader_arg *a = arg;
+    dstl_reader *r = NULL;
+    a->n = dstl_restore_reader_open(a->p, a->wid, 0, &r);
+    if (a->n < 0) {
+        snprintf(a->why, sizeof a->why, "open: %s", dstl_last_error());
+        return NULL;
+    }
+    a->n = check_reader(r, a->jb->last[a->wid], a->wid, a->kgf, a->kgl, a->jb->max_len, a->why, sizeof a->why);
+    dstl_reader_close(r);
+    return NULL;
+}
+
+/* Every writer's reader of plan p on its own thread at once; checks each one's records. */
+static void restore_concurrently(dstl_restore *p, const job *jb, uint32_t kgf, uint32_t kgl)
+{
+    pthread_t th[MAXW];
+    reader_arg a[MAXW];
+    for (uint32_t i = 0; i < jb->nwriters; i++) {
+        a[i] = (reader_arg){.p = p, .jb = jb, .wid = i, .kgf = kgf, .kgl = kgl};
+        cr_assert_eq(pthread_create(&th[i], NULL, reader_thread, &a[i]), 0);
+    }
+    for (uint32_t i = 0; i < jb->nwriters; i++) {
+        pthread_join(th[i], NULL);
+        cr_expect_eq(a[i].n, expected(jb->last[i], kgf, kgl), "writer %u: %ld records (%s)", i, a[i].n, a[i].why);
+    }
+}
+
+/* Every writer's reader of plan p, one after the other on this thread. */
+static void restore_in_turn(dstl_restore *p, const job *jb, uint32_t kgf, uint32_t kgl)
+{
+    for (uint32_t i = 0; i < jb->nwriters; i++) {
+        reader_arg a = {.p = p, .jb = jb, .wid = i, .kgf = kgf, .kgl = kgl};
+        reader_thread(&a);
+        cr_expect_eq(a.n, expected(jb->last[i], kgf, kgl), "writer %u: %ld records (%s)", i, a.n, a.why);
+    }
+}
+
+static dstl_restore_stats rstats(dstl_restore *p)
+{
+    dstl_restore_stats st;
+    cr_assert_eq(dstl_restore_get_stats(p, &st), 0);
+    return st;
+}
+
+/* The plan's counters on stderr: what a failing bound was measured against. */
+static void show(const char *what, const dstl_restore_stats *st)
+{
+    fprintf(stderr, "%s: objects %lu (%lu bytes, %lu local), fetched from %lu, GETs %lu, bytes fetched %lu, "
+            "delivered %lu, hits %lu, direct %lu, held peak %lu\n", what, (unsigned long)st->objects,
+            (unsigned long)st->object_bytes, (unsigned long)st->local_segments, (unsigned long)st->objects_fetched,
+            (unsigned long)st->get_requests, (unsigned long)st->bytes_fetched, (unsigned long)st->bytes_delivered,
+            (unsigned long)st->cache_hits, (unsigned long)st->direct_reads, (unsigned long)st->held_peak_bytes);
+}
+
+/* ---- a whole job at once ---- */
+
+Test(remote_restore, sixty_four_readers_fetch_each_object_once)
+{
+    job jb = {.nwriters = 64, .rounds = 3, .per_round = 200, .max_len = 400, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    uint64_t need_bytes;
+    size_t need = needed_objects(&jb, &need_bytes);
+    size_t objects, uploads;
+    t_remote_count(&fx, &objects, &uploads);
+    cr_assert_eq(objects, need, "the bucket holds %zu segments, the handles name %zu", objects, need);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    dstl_restore_stats st = rstats(p);
+    show("64 readers", &st);
+    cr_expect_eq(st.objects, need);
+    cr_expect_eq(st.objects_fetched, need);
+    cr_expect_leq(st.bytes_fetched * 100, need_bytes * 105, "fetched %lu bytes of %zu objects of %lu bytes",
+                  (unsigned long)st.bytes_fetched, need, (unsigned long)need_bytes);
+    cr_expect_geq(st.bytes_fetched, need_bytes * 9 / 10, "fetched %lu bytes: less than the records need",
+                  (unsigned long)st.bytes_fetched);
+    cr_expect_leq(st.get_requests * 10, need * 11, "%lu GETs for %zu objects", (unsigned long)st.get_requests, need);
+    cr_expect_eq(st.direct_reads, 0, "%lu reads left to readers with a cache that needs no eviction",
+                 (unsigned long)st.direct_reads);
+    cr_expect_gt(st.bytes_delivered, 0);
+    cr_expect_eq(st.held_bytes, 0, "%lu bytes still held after every reader closed", (unsigned long)st.held_bytes);
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    dstl_stats ss;
+    cr_assert_eq(dstl_storage_stats(s, &ss), 0);
+    cr_expect_eq(ss.restores, 1);
+    cr_expect_eq(ss.restore_requests, st.get_requests);
+    cr_expect_eq(ss.restore_bytes_fetched, st.bytes_fetched);
+    cr_expect_geq(ss.remote_requests, st.get_requests);
+    /* what `dstl stats` prints: the Prometheus text's restore counters */
+    char *text = NULL, want[128];
+    cr_assert_eq(dstl_storage_metrics(s, &text), 0);
+    snprintf(want, sizeof want, "dstl_restore_requests_total %lu\n", (unsigned long)st.get_requests);
+    cr_expect(strstr(text, want), "no \"%s\" in the metrics", want);
+    snprintf(want, sizeof want, "dstl_restore_bytes_delivered_total %lu\n", (unsigned long)st.bytes_delivered);
+    cr_expect(strstr(text, want), "no \"%s\" in the metrics", want);
+    free(text);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- rescaling ---- */
+
+Test(remote_restore, four_rescaled_tasks_each_fetch_about_a_quarter)
+{
+    /* 8 writers x 2 checkpoints of 1,500 records of up to 1,000 bytes: sections of ~750 KB,
+     * key-group runs of ~45 KB; a quarter of the key groups is 4 adjacent runs. */
+    job jb = {.nwriters = 8, .rounds = 2, .per_round = 1500, .max_len = 1000, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    dstl_storage *full = open_restorer(rdir, NULL);
+    dstl_restore *p = plan_all(full, &jb, 0, NKG - 1);
+    restore_in_turn(p, &jb, 0, NKG - 1);
+    dstl_restore_stats fst = rstats(p);
+    show("full", &fst);
+    uint64_t full_bytes = fst.bytes_fetched;
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(full), 0);
+    cr_assert_gt(full_bytes, 0);
+    for (uint32_t q = 0; q < 4; q++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/task%u", rdir, q);
+        dstl_storage *s = open_restorer(dir, NULL);
+        uint32_t kgf = q * NKG / 4, kgl = (q + 1) * NKG / 4 - 1;
+        /* the new task's one entry: every old writer's handle, its key groups */
+        dstl_restore_entry e = {(const dstl_handle *const *)jb.last, jb.nwriters, kgf, kgl};
+        cr_assert_eq(dstl_restore_plan(s, &e, 1, &p), 0, "%s", dstl_last_error());
+        for (uint32_t i = 0; i < jb.nwriters; i++) {
+            dstl_reader *r = NULL;
+            cr_assert_eq(dstl_restore_reader_open(p, 0, i, &r), 0, "%s", dstl_last_error());
+            char why[600] = "";
+            long n = check_reader(r, jb.last[i], i, kgf, kgl, jb.max_len, why, sizeof why);
+            cr_expect_eq(n, expected(jb.last[i], kgf, kgl), "task %u, writer %u: %ld records (%s)", q, i, n, why);
+            dstl_reader_close(r);
+        }
+        dstl_restore_stats st = rstats(p);
+        show("quarter", &st);
+        cr_expect_leq(st.bytes_fetched * 4 * 10, full_bytes * 13,
+                      "task %u (key groups %u-%u) fetched %lu bytes; a full reader %lu", q, kgf, kgl,
+                      (unsigned long)st.bytes_fetched, (unsigned long)full_bytes);
+        cr_expect_gt(st.bytes_fetched * 4 * 10, full_bytes * 7, "task %u fetched %lu bytes: too few for its records",
+                     q, (unsigned long)st.bytes_fetched);
+        cr_assert_eq(dstl_restore_close(p), 0);
+        cr_assert_eq(dstl_storage_close(s), 0);
+    }
+    job_free(&jb);
+}
+
+/* ---- the bound ---- */
+
+typedef struct {
+    dstl_restore *p;
+    const char *cache_dir;
+    atomic_int stop;
+    uint64_t held_max, files_max, bytes_max, fds_max;
+} monitor_arg;
+
+/* Files and bytes under dir (recursively). */
+static void dir_usage(const char *dir, uint64_t *files, uint64_t *bytes)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (lstat(p, &st) < 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            dir_usage(p, files, bytes);
+        } else {
+            (*files)++;
+            *bytes += (uint64_t)st.st_size;
+        }
+    }
+    closedir(d);
+}
+
+static uint64_t open_fds(void)
+{
+    uint64_t n = 0, b = 0;
+    dir_usage("/proc/self/fd", &n, &b);
+    return n;
+}
+
+static void *monitor_thread(void *arg)
+{
+    monitor_arg *m = arg;
+    while (!atomic_load(&m->stop)) {
+        dstl_restore_stats st;
+        if (dstl_restore_get_stats(m->p, &st) == 0 && st.held_bytes > m->held_max) m->held_max = st.held_bytes;
+        uint64_t files = 0, bytes = 0, fds = open_fds();
+        dir_usage(m->cache_dir, &files, &bytes);
+        if (files > m->files_max) m->files_max = files;
+        if (bytes > m->bytes_max) m->bytes_max = bytes;
+        if (fds > m->fds_max) m->fds_max = fds;
+        usleep(1000);
+    }
+    return NULL;
+}
+
+Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
+{
+    /* ~3 MB in segments of ~300 KB (a 256 KiB batch threshold), restored through a 1 MiB bound */
+    job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
+              .batch_bytes = "256kb"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    uint64_t need_bytes;
+    size_t need = needed_objects(&jb, &need_bytes);
+    const uint64_t bound = 1u << 20;
+    cr_assert_gt(need_bytes, 2 * bound, "the restore (%lu bytes in %zu objects) is not larger than the bound",
+                 (unsigned long)need_bytes, need);
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", NULL);
+    uint64_t fds0 = open_fds();
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    monitor_arg m = {.p = p, .cache_dir = cdir};
+    pthread_t mt;
+    cr_assert_eq(pthread_create(&mt, NULL, monitor_thread, &m), 0);
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    atomic_store(&m.stop, 1);
+    pthread_join(mt, NULL);
+    dstl_restore_stats st = rstats(p);
+    show("bounded", &st);
+    cr_expect_leq(st.held_peak_bytes, bound, "the plan held %lu bytes at most", (unsigned long)st.held_peak_bytes);
+    cr_expect_leq(m.held_max + m.bytes_max, bound, "held %lu bytes in memory and %lu in cache files",
+                  (unsigned long)m.held_max, (unsigned long)m.bytes_max);
+    cr_expect_gt(st.held_peak_bytes, 0, "the plan fetched nothing ahead");
+    /* the plan's connections and each reader's own client (for what the plan gave up) */
+    cr_expect_leq(m.fds_max, fds0 + 8 + 8 * (uint64_t)jb.nwriters, "%lu fds open at most, %lu before",
+                  (unsigned long)m.fds_max, (unsigned long)fds0);
+    cr_expect_gt(st.bytes_fetched, need_bytes - need_bytes / 10);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- a killed restore's cache ---- */
+
+/* A child that restores writer 0's handle with a plain reader (its bytes go to the reader
+ * cache in cache_dir), tells its run id through fd once it has read 100 records, then waits to
+ * be killed. Returns its pid; *run gets the run id (17 bytes). */
+static pid_t restoring_child(const job *jb, const char *dir, char run[17])
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dstl_config *c = NULL;
+        dstl_storage *s = NULL;
+        dstl_reader *r = NULL;
+        if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+            dstl_config_set(c, "dstl.cache.dir", cdir) < 0 || dstl_config_set(c, "dstl.s3.endpoint", fx.env.endpoint) < 0 ||
+            dstl_config_set(c, "dstl.s3.region", fx.env.region) < 0 ||
+            dstl_config_set(c, "dstl.s3.access-key", fx.env.access_key) < 0 ||
+            dstl_config_set(c, "dstl.s3.secret-key", fx.env.secret_key) < 0 ||
+            dstl_config_set(c, "dstl.s3.path-style", "true") < 0 || dstl_storage_open(c, &s) < 0 ||
+            dstl_reader_open(s, jb->last[0], 0, NKG - 1, &r) < 0)
+            _exit(2);
+        dstl_record rec;
+        for (int n = 0; n < 100; n++)
+            if (dstl_reader_next(r, &rec) != 1) _exit(3);
+        if (write(fds[1], storage_run_id(s), 16) != 16) _exit(4);
+        for (;;) pause();
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], run, 16);
+    close(fds[0]);
+    cr_assert_eq(n, 16, "the restoring child failed before reading 100 records");
+    run[16] = '\0';
+    return pid;
+}
+
+static int exists(const char *dir, const char *name, const char *suffix)
+{
+    char p[4200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s%s", dir, name, suffix);
+    return stat(p, &st) == 0;
+}
+
+static void kill_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+Test(remote_restore, cache_of_a_killed_restore_is_trimmed_at_the_next_open_never_a_live_one)
+{
+    job jb = {.nwriters = 1, .rounds = 2, .per_round = 2000, .max_len = 300, .persist_delay = "0"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    char dead[17], live[17];
+    char d1[4200], d2[4200];
+    snprintf(d1, sizeof d1, "%s/dead", rdir);
+    snprintf(d2, sizeof d2, "%s/live", rdir);
+    pid_t pd = restoring_child(&jb, d1, dead), pl = restoring_child(&jb, d2, live);
+    uint64_t files = 0, bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_assert(exists(cdir, dead, "") && exists(cdir, live, ""), "the children cached nothing in %s", cdir);
+    cr_assert_gt(bytes, 0);
+    kill_child(pd);                                  /* killed mid-restore: its cache stays behind */
+    cr_assert(exists(cdir, dead, ""));
+    /* the next open trims it, before reading anything; the live run's cache is kept */
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, NULL);
+    cr_expect(!exists(cdir, dead, ""), "the killed run's cache %s/%s is still there after an open", cdir, dead);
+    cr_expect(!exists(cdir, dead, ".lock"));
+    cr_expect(exists(cdir, live, ""), "the live run's cache %s/%s was removed", cdir, live);
+    cr_expect(exists(cdir, live, ".lock"));
+    cr_assert_eq(dstl_storage_close(s), 0);
+    kill_child(pl);
+    s = open_restorer(rdir, "dstl.cache.dir", cdir, NULL);
+    cr_expect(!exists(cdir, live, ""), "the second killed run's cache is still there after an open");
+    files = bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_expect_eq(bytes, 0, "%lu bytes in %lu files left in the cache", (unsigned long)bytes, (unsigned long)files);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- local copies first ---- */
+
+/* The non-empty segment files of dir, sorted by name (= by segment number). */
+static size_t local_segments(const char *dir, char names[][64], size_t cap)
+{
+    DIR *d = opendir(dir);
+    cr_assert(d);
+    size_t n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t l = strlen(de->d_name);
+        char p[4200];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (l > 4 && l < 64 && !strcmp(de->d_name + l - 4, ".seg") && stat(p, &st) == 0 && st.st_size > 0 && n < cap)
+            snprintf(names[n++], 64, "%s", de->d_name);
+    }
+    closedir(d);
+    qsort(names, n, 64, (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
+{
+    /* one segment per checkpoint (4 writers persisting together) */
+    job jb = {.nwriters = 4, .rounds = 4, .per_round = 300, .max_len = 300, .persist_delay = "50ms"};
+    write_job(&jb, wdir);
+    char names[16][64];
+    size_t n = local_segments(wdir, names, 16);
+    cr_assert_geq(n, 4, "%zu segments", n);
+    uint64_t need_bytes;
+    cr_assert_eq(needed_objects(&jb, &need_bytes), n);
+    char p[4200];
+    /* segment 0 stays intact; 1 is gone; 2 is torn (half its length); 3 has a flipped byte in
+     * its first section (the right length: only reading finds it) */
+    snprintf(p, sizeof p, "%s/%s", wdir, names[1]);
+    cr_assert_eq(unlink(p), 0);
+    snprintf(p, sizeof p, "%s/%s", wdir, names[2]);
+    struct stat st;
+    cr_assert_eq(stat(p, &st), 0);
+    cr_assert_eq(truncate(p, st.st_size / 2), 0);
+    uint64_t torn_len = (uint64_t)st.st_size, gone_len = 0;
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/%s", wdir, names[3]);
+    uint8_t *buf = t_read_file(p, &len);
+    cr_assert(buf && len > WIRE_SEG_HEADER_LEN + 100);
+    buf[WIRE_SEG_HEADER_LEN + 40] ^= 0x40;
+    cr_assert_eq(t_write_file(p, buf, len), 0);
+    free(buf);
+    for (uint32_t i = 0; i < jb.nwriters; i++)      /* how batches fell decides who is in which */
+        for (size_t k = 0; k < jb.last[i]->wh->nsegs; k++)
+            if (!strcmp(jb.last[i]->wh->segs[k].name, names[1])) gone_len = jb.last[i]->wh->segs[k].object_len;
+    cr_assert_gt(gone_len, 0);
+    dstl_storage *s = open_restorer(wdir, NULL);
+    dstl_restore *pl = plan_all(s, &jb, 0, NKG - 1);
+    restore_concurrently(pl, &jb, 0, NKG - 1);
+    dstl_restore_stats rs = rstats(pl);
+    show("local first", &rs);
+    cr_expect_eq(rs.objects, n);
+    cr_expect_eq(rs.local_segments, n - 2, "local copies used: %lu", (unsigned long)rs.local_segments);
+    cr_expect_eq(rs.objects_fetched, 2, "the plan fetched %lu objects: the missing and the torn copy's",
+                 (unsigned long)rs.objects_fetched);
+    /* the plan's fetches, and the reader's own GETs of the flipped segment's section */
+    cr_expect_lt(rs.bytes_fetched, need_bytes, "everything was fetched from S3");
+    cr_expect_geq(rs.bytes_fetched, gone_len + torn_len);
+    cr_assert_eq(dstl_restore_close(pl), 0);
+    dstl_stats ss;
+    cr_assert_eq(dstl_storage_stats(s, &ss), 0);
+    /* the torn copy (each reader of it), and the flipped section (its one reader) */
+    cr_expect_geq(ss.local_read_fallbacks, 2, "%lu fallbacks", (unsigned long)ss.local_read_fallbacks);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* ---- the API's edges ---- */
+
+Test(remote_restore, plan_readers_open_once_and_the_plan_closes_after_them)
+{
+    job jb = {.nwriters = 2, .rounds = 1, .per_round = 100, .max_len = 100, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *p = NULL;
+    dstl_restore_entry bad = {(const dstl_handle *const *)jb.last, 2, 5, 4};
+    cr_expect_eq(dstl_restore_plan(s, &bad, 1, &p), -EINVAL);
+    cr_expect(strstr(dstl_last_error(), "entry 0"), "%s", dstl_last_error());
+    cr_expect_eq(dstl_restore_plan(s, &bad, 0, &p), -EINVAL);
+    p = plan_all(s, &jb, 0, NKG - 1);
+    dstl_reader *r = NULL, *r2 = NULL;
+    cr_expect_eq(dstl_restore_reader_open(p, 2, 0, &r), -EINVAL);
+    cr_expect_eq(dstl_restore_reader_open(p, 0, 1, &r), -EINVAL);
+    cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &r), 0);
+    cr_expect_eq(dstl_restore_reader_open(p, 0, 0, &r2), -EBUSY);
+    cr_expect_eq(dstl_restore_close(p), -EBUSY, "closed under an open reader");
+    char why[600] = "";
+    cr_expect_eq(check_reader(r, jb.last[0], 0, 0, NKG - 1, jb.max_len, why, sizeof why), expected(jb.last[0], 0, NKG - 1),
+                 "%s", why);
+    dstl_reader_close(r);
+    /* entry 1 never read: closing the plan drops what it fetched for it */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_restore_close(NULL), 0);
+    /* the per-reader path keeps working beside plans */
+    cr_assert_eq(dstl_reader_open(s, jb.last[1], 0, NKG - 1, &r), 0);
+    cr_expect_eq(check_reader(r, jb.last[1], 1, 0, NKG - 1, jb.max_len, why, sizeof why), expected(jb.last[1], 0, NKG - 1),
+                 "%s", why);
+    dstl_reader_close(r);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+Test(remote_restore, objects_larger_than_the_bound_are_read_by_their_readers)
+{
+    /* a bound below every object: the plan holds nothing, each reader GETs what it needs */
+    job jb = {.nwriters = 4, .rounds = 2, .per_round = 300, .max_len = 400, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "4kb", NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    dstl_restore_stats st = rstats(p);
+    show("over the bound", &st);
+    cr_expect_eq(st.held_peak_bytes, 0);
+    cr_expect_gt(st.direct_reads, 0);
+    cr_expect_gt(st.bytes_fetched, 0, "the readers' own GETs are counted in the plan");
+    uint64_t files = 0, bytes = 0;
+    dir_usage(cdir, &files, &bytes);
+    cr_expect_leq(bytes, 4096);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+Test(remote_restore, corrupted_object_is_ecorrupt_naming_it)
+{
+    job jb = {.nwriters = 1, .rounds = 1, .per_round = 300, .max_len = 200, .persist_delay = "0"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    const wire_seg_ref *g = &jb.last[0]->wh->segs[0];
+    remote_loc loc;
+    char key[1024];
+    cr_assert_eq(remote_parse_uri(fx.uri, "test", &loc), 0);
+    cr_assert_eq(remote_key(&loc, g->name, key, sizeof key), 0);
+    uint8_t *buf = malloc(g->object_len);
+    s3_result res;
+    cr_assert_eq(s3_get_object_sync(fx.s3, fx.bucket, key, 0, buf, g->object_len, &res), 0, "%s", res.error);
+    buf[WIRE_SEG_HEADER_LEN + 40] ^= 0x40;             /* inside the first section */
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, key, buf, g->object_len, false, &res), 0, "%s", res.error);
+    free(buf);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &r), 0);
+    dstl_record rec;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {}
+    cr_expect_eq(rc, DSTL_ECORRUPT, "%d: %s", rc, dstl_last_error());
+    cr_expect(strstr(dstl_last_error(), key), "the error names the object: %s", dstl_last_error());
+    dstl_reader_close(r);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
