@@ -388,6 +388,8 @@ static void *pipeline_main(void *arg)
         if (flush_due(&loop, closing, now_ns())) batch_flush(&loop);
         if (closing && drained(&loop)) break;
     }
+    /* The run's final totals, so the file does not stop up to a second short of them. */
+    if (*s->conf.metrics_file) metrics_write_file(s);
     pool_free(&loop.pool);
     return NULL;
 }
