@@ -35,6 +35,14 @@ static int new_run_id(char *buf, size_t cap)
     return 0;
 }
 
+/* The open-time bucket check is bounded like one request of an upload: every attempt within
+ * dstl.upload.timeout (3 s at the defaults), so an endpoint that does not answer delays the
+ * open by that much and no more. */
+static uint64_t open_check_bound_ms(const dstl_storage *s)
+{
+    return s->conf.upload_max_attempts * s->conf.upload_timeout_ms;
+}
+
 int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_storage **out)
 {
     if (!c || !out) return err_fail(-EINVAL, "dstl_storage_open: NULL argument");
@@ -86,12 +94,18 @@ int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_s
         rc = err_fail(rc, "dstl.local.dir %s: %s", s->local_dir, dstl_last_error());
         goto fail_sync;
     }
+    char warn[1024] = "";
     if (*s->conf.remote_uri && (rc = remote_client_new(&s->conf, &s->loop.s3)) < 0) goto fail_store;
+    if (*s->conf.remote_uri && (rc = remote_check(&s->conf, &s->remote, open_check_bound_ms(s), warn, sizeof warn)) < 0)
+        goto fail_store;
     if ((rc = pipeline_start(s)) < 0) goto fail_store;
     if ((rc = cache_open(s)) < 0) {
         pipeline_stop(s);
         goto fail_store;
     }
+    /* After a success the detail is "" or the open check's warning (include/dstl.h). */
+    if (*warn) err_fail(0, "%s", warn);
+    else err_clear();
     *out = s;
     return 0;
 
