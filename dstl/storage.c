@@ -158,6 +158,10 @@ static void remote_close(dstl_storage *s)
 int dstl_storage_close(dstl_storage *s)
 {
     if (!s) return 0;
+    /* A future callback running on the pipeline thread cannot wait for that thread. */
+    if (s->loop.thread_started && pthread_equal(pthread_self(), s->loop.thread))
+        return err_fail(-EDEADLK, "dstl_storage_close: called from a future callback on the storage's pipeline "
+                                  "thread, which close waits for: close it from another thread");
     pthread_mutex_lock(&s->mu);
     size_t open = s->locked.nwriters;
     pthread_mutex_unlock(&s->mu);
