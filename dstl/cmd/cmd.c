@@ -54,11 +54,14 @@ int main(int argc, char **argv)
         cmd_usage(stdout);
         return 0;
     }
+    int asks_help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V") || !strcmp(cmd, "version")) {
+        if (asks_help) return cmd_help("version", stdout) == 0 ? 0 : 2;
         printf("dstl %s\n", dstl_version());
         return 0;
     }
     if (!strcmp(cmd, "help")) {
+        if (asks_help) return cmd_help("help", stdout) == 0 ? 0 : 2;
         if (argc < 3) {
             cmd_usage(stdout);
             return 0;
@@ -79,6 +82,7 @@ int main(int argc, char **argv)
          * "-h" or "--help") */
         for (int a = 2; a < argc && strcmp(argv[a], "--"); a++)
             if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) return cmd_help(cmd, stdout) == 0 ? 0 : 2;
+        cmd_check_env();
         return commands[k].run(&g, argc - 1, argv + 1);
     }
     fprintf(stderr, "dstl: unknown command '%s'\n", cmd);

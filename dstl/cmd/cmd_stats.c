@@ -128,7 +128,7 @@ static void print_metrics(const char *file, FILE *f, int prom)
         if (!whole && !feof(f)) why = "line longer than 4095 bytes";
         if (!why && check_line(line, &sample, &why) == 0 && sample) samples++;
         if (why && !warned++)
-            fprintf(stderr, "dstl stats: warning: %s:%d is not Prometheus text: %s\n", file, lineno, why);
+            fprintf(stderr, "dstl stats: warning: %s:%d: not Prometheus text (%s)\n", file, lineno, why);
         if (why || !sample || prom || strstr(line, "_bucket{")) continue;
         char *sp = strrchr(line, ' ');
         if (!sp) continue;

@@ -37,11 +37,10 @@ static void unknown_env(void *ctx, const char *var, const char *nearest)
                     "%s, of key %s?)\n", var, env, nearest);
 }
 
+void cmd_check_env(void) { config_unknown_env(unknown_env, NULL); }
+
 dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
 {
-    /* A misspelt DSTL_* variable is otherwise silent: said once per command. */
-    static int env_checked;
-    if (!env_checked++) config_unknown_env(unknown_env, NULL);
     dstl_config *c = NULL;
     if (dstl_config_new(&c) < 0) {
         fprintf(stderr, "dstl: %s\n", dstl_last_error());

@@ -13,6 +13,10 @@ typedef struct {
     int nsets;
 } cmd_globals;
 
+/* Warns (stderr) about each DSTL_* environment variable that looks like a key's but is none:
+ * a misspelt one is otherwise silent. main calls it once before a command runs. */
+void cmd_check_env(void);
+
 /* Builds a config from the globals (defaults, file, environment, --set); prints the error
  * and returns NULL on failure. local_dir, when not NULL, overrides dstl.local.dir. */
 dstl_config *cmd_config(const cmd_globals *g, const char *local_dir);
