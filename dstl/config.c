@@ -348,6 +348,15 @@ static int set_from(dstl_config *c, int i, const char *value, int source)
     return 0;
 }
 
+/* dstl.batch.persist-delay -> DSTL_BATCH_PERSIST_DELAY */
+void config_env_name(const char *key, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = key; *p && n + 1 < cap; p++)
+        buf[n++] = (*p == '.' || *p == '-') ? '_' : (char)toupper((unsigned char)*p);
+    if (cap) buf[n] = '\0';
+}
+
 int dstl_config_new(dstl_config **out)
 {
     if (!out) return err_fail(-EINVAL, "dstl_config_new: out is NULL");

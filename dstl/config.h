@@ -85,8 +85,8 @@ int config_parse_size(const char *s, uint64_t *bytes);
  * DSTL_* variable) or "set" (dstl_config_set: the command's --set); "unknown key". */
 const char *config_source_of(const dstl_config *c, const char *key);
 
-/* config_env.c: the environment variable of a key (dstl.batch.persist-delay ->
- * DSTL_BATCH_PERSIST_DELAY), and the DSTL_* variables of the environment that look like a
+/* The environment variable of a key (dstl.batch.persist-delay -> DSTL_BATCH_PERSIST_DELAY);
+ * and (config_env.c) the DSTL_* variables of the environment that look like a
  * key's but are none: DSTL_<word>_... where <word> is the first word of a key
  * (DSTL_BATCH_PERSIST_DELAYY), the typos dstl_config_new cannot see. cb gets each one with the
  * nearest key (by edit distance on the variable names). Returns how many. Reads environ. */

@@ -1,23 +1,14 @@
 /*
- * dstl/config_env.c — the DSTL_* environment seen from the key table: each key's variable,
- * and the variables that look like a key's but are none (config.h). A misspelt variable is
+ * dstl/config_env.c — the DSTL_* environment seen from the key table (config.c): the
+ * variables that look like a key's but are none (config.h). A misspelt variable is
  * otherwise silent: dstl_config_new reads only the variables of real keys.
  */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dstl/config.h"
 
 extern char **environ;
-
-void config_env_name(const char *key, char *buf, size_t cap)
-{
-    size_t n = 0;
-    for (const char *p = key; *p && n + 1 < cap; p++)
-        buf[n++] = (*p == '.' || *p == '-') ? '_' : (char)toupper((unsigned char)*p);
-    if (cap) buf[n] = '\0';
-}
 
 /* Levenshtein distance of a and b (both short: variable names), capped at 99. */
 static size_t distance(const char *a, const char *b)
