@@ -13,6 +13,17 @@ PREFIX   ?= /usr/local
 SANITIZE ?=
 VERSION  := 0.1.0
 
+# Quiet by default: one line per step (`CC dstl/writer.o`, `LD build/dstl`); `make V=1` prints
+# every command line in full.
+V ?= 0
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-6s %s\n' $(1) $(2)
+endif
+
 # BUILD moves the whole tree (parallel work in one checkout); LIB_SRCS narrows the library.
 BUILD    ?= build
 ifeq ($(SANITIZE),)
@@ -96,39 +107,47 @@ lib: $(B)/libdstl.a $(B)/libdstl.so
 
 $(GEN_C) $(GEN_H) &: $(PROTO) | $(DEPS_STAMP)
 	@mkdir -p $(B)/gen
-	protoc-c --c_out=$(B)/gen $(PROTO)
+	$(call say,PROTOC,$(PROTO))
+	$(Q)protoc-c --c_out=$(B)/gen $(PROTO)
 
 # Generated code: built with the project's flags except the prototype checks it cannot meet.
 $(B)/obj/gen/dstl.pb-c.o: $(GEN_C)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-missing-prototypes -MMD -MP -c $< -o $@
 
 $(B)/obj/%.o: %.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	$(call say,CC,$(<:.c=.o))
+	$(Q)$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(B)/libdstl.a: $(LIB_OBJS)
 	@rm -f $@
-	ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)ar rcs $@ $^
 
 # Only dstl_* symbols are exported from the shared library (dstl/libdstl.map).
 $(B)/libdstl.so: $(LIB_OBJS) dstl/libdstl.map
-	$(CC) -shared -Wl,-soname,libdstl.so.0 -Wl,--version-script=dstl/libdstl.map \
+	$(call say,LD,$@)
+	$(Q)$(CC) -shared -Wl,-soname,libdstl.so.0 -Wl,--version-script=dstl/libdstl.map \
 	      $(LDFLAGS_ALL) -o $@ $(LIB_OBJS) $(LIBS)
 
 $(B)/dstl: $(CMD_OBJS) $(B)/libdstl.a
-	$(CC) $(LDFLAGS_ALL) -o $@ $(CMD_OBJS) $(B)/libdstl.a $(LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(CMD_OBJS) $(B)/libdstl.a $(LIBS)
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_CASES) $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_CASES) $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
 
 $(B)/tests/test_dstl_api $(B)/tests/test_remote_api: $(API_CASES_OBJ)
 $(B)/tests/test_dstl_api $(B)/tests/test_remote_api: TEST_CASES := $(API_CASES_OBJ)
 
 $(B)/tools/%: $(B)/obj/tests/tools/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
 # The power-cut simulator (tests/tools/powercut_fs.c) is the one program on libfuse3; it does not
 # link the library, and the library's link line never has fuse3.
@@ -137,7 +156,8 @@ FUSE_LIBS   = $(shell pkg-config --libs fuse3 2>/dev/null)
 $(B)/obj/tests/tools/powercut_fs.o: ALL_CFLAGS += $(FUSE_CFLAGS)
 $(B)/tools/powercut_fs: $(B)/obj/tests/tools/powercut_fs.o
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(FUSE_LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(FUSE_LIBS)
 
 # Test-only variants of the local store, linked only into extra crash_child programs for the
 # power-cut bite tests (tests/test_dstl_powercut.c): each compiles dstl/local/segstore.c with one sync
@@ -149,14 +169,17 @@ SEGSTORE_DEFS_skip-dirsync   := -DDSTL_TEST_SKIP_DIR_FSYNC
 SEGSTORE_VARIANTS := skip-fdatasync skip-dirsync
 $(SEGSTORE_VARIANTS:%=$(B)/obj/dstl/local/segstore-%.o): $(B)/obj/dstl/local/segstore-%.o: dstl/local/segstore.c $(GEN_H) | $(DEPS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
+	$(call say,CC,$@)
+	$(Q)$(CC) $(ALL_CFLAGS) $(SEGSTORE_DEFS_$*) -MMD -MP -c $< -o $@
 $(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/obj/tests/tools/crash_child.o $(B)/obj/dstl/local/segstore-%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
 $(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
 
 # make test [SANITIZE=...] [TESTS=pattern]: first the structure check (scripts/check-structure:
 # its self-test, then the tree), then every test binary, with the S3 server started (and

@@ -352,12 +352,12 @@ static int set_from(dstl_config *c, int i, const char *value, int source)
 }
 
 /* dstl.batch.persist-delay -> DSTL_BATCH_PERSIST_DELAY */
-static void env_name(const char *key, char *buf, size_t cap)
+void config_env_name(const char *key, char *buf, size_t cap)
 {
     size_t n = 0;
     for (const char *p = key; *p && n + 1 < cap; p++)
         buf[n++] = (*p == '.' || *p == '-') ? '_' : (char)toupper((unsigned char)*p);
-    buf[n] = '\0';
+    if (cap) buf[n] = '\0';
 }
 
 int dstl_config_new(dstl_config **out)
@@ -367,7 +367,7 @@ int dstl_config_new(dstl_config **out)
     if (!c) return err_fail(-ENOMEM, "config: out of memory");
     for (size_t i = 0; i < NKEYS; i++) {
         char name[96], where[128];
-        env_name(keys[i].info.key, name, sizeof name);
+        config_env_name(keys[i].info.key, name, sizeof name);
         const char *v = getenv(name);
         if (!v) continue;
         snprintf(where, sizeof where, "environment %s: ", name);
@@ -512,4 +512,12 @@ int config_clone(const dstl_config *c, dstl_config **out)
     }
     *out = n;
     return 0;
+}
+
+const char *config_source_of(const dstl_config *c, const char *key)
+{
+    int i = c && key ? find_key(key) : -1;
+    if (i < 0) return "unknown key";
+    static const char *const names[] = {"default", "file", "environment", "set"};
+    return names[c->source[i]];
 }

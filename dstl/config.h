@@ -82,4 +82,17 @@ int config_key_prefix(const char *text);
 int config_parse_duration_us(const char *s, uint64_t *us);
 int config_parse_size(const char *s, uint64_t *bytes);
 
+/* Where key's value came from: "default", "file" (dstl_config_load), "environment" (its
+ * DSTL_* variable) or "set" (dstl_config_set: the command's --set); "unknown key". */
+const char *config_source_of(const dstl_config *c, const char *key);
+
+/* The environment variable of a key (dstl.batch.persist-delay -> DSTL_BATCH_PERSIST_DELAY);
+ * and (config_env.c) the DSTL_* variables of the environment that look like a
+ * key's but are none: DSTL_<word>_... where <word> is the first word of a key
+ * (DSTL_BATCH_PERSIST_DELAYY), the typos dstl_config_new cannot see. cb gets each one with the
+ * nearest key (by edit distance on the variable names). Returns how many. Reads environ. */
+void config_env_name(const char *key, char *buf, size_t cap);
+typedef void (*config_env_fn)(void *ctx, const char *var, const char *nearest_key);
+size_t config_unknown_env(config_env_fn cb, void *ctx);
+
 #endif

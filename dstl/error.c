@@ -46,7 +46,7 @@ const char *dstl_strerror(int err)
     case DSTL_EREMOTE: return "remote store failed after every attempt";
     case DSTL_ECONFIG: return "unknown configuration key or bad value";
     case DSTL_ECRYPTO: return "encryption key missing or authentication failed";
-    case DSTL_EFENCED: return "a newer owner of this writer id exists";
+    case DSTL_EFENCED: return "a newer owner of this writer id exists (reserved: the embedded library never returns it)";
     default: break;
     }
     if (err < 0 && err > -4096) {

@@ -8,7 +8,19 @@
  * success the pins become the live handle's references; on failure they are dropped.
  *
  * References: the user holds one until dstl_future_free; every waiter registered on a
- * section holds one until its section ends. The last one frees the future.
+ * section holds one until its section ends; a completion waiting for its callback holds one
+ * until the callback returned. The last one frees the future.
+ *
+ * Callbacks (dstl_future_on_done). A future completes with s->mu held, where no callback
+ * may run (it may call dstl_persist, which takes s->mu). So complete() only queues a future
+ * whose callback is registered on the completing thread's `deferred` list (a reference held),
+ * and that thread runs the list once it holds no lock: the pipeline after every loop turn
+ * (future_run_callbacks). A future completes on the pipeline thread, or inside its own
+ * dstl_persist (nothing to wait for), before anyone could register a callback on it. A
+ * callback registered on a future already done runs at once, in dstl_future_on_done. Either
+ * way exactly once: the check of `done` and of the callback happen under the future's mutex.
+ * While a callback runs, the thread-local `in_callback` makes every DSTL call that would block
+ * return instead (future_in_callback).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -39,8 +51,12 @@ struct dstl_future {
     /* under mu: what waiters on any thread see */
     pthread_mutex_t mu;
     pthread_cond_t done_cv;
-    int refs;                   /* user + one per waiter */
+    int refs;                   /* user + one per waiter + one while a callback is queued */
     int done, err, user_gone;
+    dstl_future_fn cb;          /* dstl_future_on_done's; NULL when none or cancelled */
+    void *cb_arg;
+    int cb_set;                 /* a callback was registered (only one may be) */
+    dstl_future *deferred_next; /* on the completing thread's list, waiting for cb */
     char errmsg[512];
     dstl_handle *handle;
 
@@ -195,6 +211,13 @@ static int build_handle(dstl_future *f, wire_handle **out)
     return 0;
 }
 
+/* Futures completed on this thread whose callback is still to run (each holds a reference). */
+static _Thread_local dstl_future *deferred;
+/* Nonzero while this thread runs a callback. */
+static _Thread_local int in_callback;
+
+int future_in_callback(void) { return in_callback; }
+
 static void complete(dstl_future *f, int err, dstl_handle *h)
 {
     pthread_mutex_lock(&f->mu);
@@ -202,7 +225,43 @@ static void complete(dstl_future *f, int err, dstl_handle *h)
     f->handle = h;
     f->done = 1;
     pthread_cond_broadcast(&f->done_cv);
+    if (f->cb) {
+        f->refs++;              /* the queued callback's */
+        f->deferred_next = deferred;
+        deferred = f;
+    }
     pthread_mutex_unlock(&f->mu);
+}
+
+static void run_callback(dstl_future *f, dstl_future_fn fn, void *arg)
+{
+    int outer = in_callback;
+    in_callback = 1;
+    fn(f, arg);
+    in_callback = outer;
+}
+
+void future_run_callbacks(void)
+{
+    /* Each list is taken whole, so futures that complete while callbacks run (none do on
+     * this thread: the pipeline completes futures in its turn, not in a callback) wait for
+     * the next round. */
+    while (deferred) {
+        dstl_future *list = deferred;
+        deferred = NULL;
+        while (list) {
+            dstl_future *f = list;
+            list = f->deferred_next;
+            pthread_mutex_lock(&f->mu);
+            dstl_future_fn fn = f->cb;
+            void *arg = f->cb_arg;
+            f->cb = NULL;
+            pthread_mutex_unlock(&f->mu);
+            /* the queued reference keeps f valid even when the callback frees it */
+            if (fn) run_callback(f, fn, arg);
+            future_unref(f);
+        }
+    }
 }
 
 /* Moves the pins into a malloc'd array for the registry (the handle's references). */
@@ -305,6 +364,8 @@ void future_section_ended(future_waitlist *wl, int res, const char *detail, run_
 int dstl_future_wait(dstl_future *f, int64_t timeout_ms)
 {
     if (!f) return err_fail(-EINVAL, "dstl_future_wait: future is NULL");
+    /* inside a callback nothing blocks: a pending future is reported at once */
+    if (in_callback) timeout_ms = 0;
     pthread_mutex_lock(&f->mu);
     if (timeout_ms < 0) {
         while (!f->done) pthread_cond_wait(&f->done_cv, &f->mu);
@@ -360,11 +421,34 @@ int dstl_future_result(dstl_future *f, dstl_handle **out)
     return rc;
 }
 
+int dstl_future_on_done(dstl_future *f, dstl_future_fn fn, void *arg)
+{
+    if (!f || !fn) return err_fail(-EINVAL, "dstl_future_on_done: NULL argument");
+    pthread_mutex_lock(&f->mu);
+    if (f->cb_set) {
+        pthread_mutex_unlock(&f->mu);
+        return err_fail(-EBUSY, "dstl_future_on_done: persist of writer %s checkpoint %llu has a callback already",
+                        f->writer_id, (unsigned long long)f->checkpoint_id);
+    }
+    f->cb_set = 1;
+    int done = f->done;
+    if (!done) {
+        f->cb = fn;
+        f->cb_arg = arg;
+    }
+    pthread_mutex_unlock(&f->mu);
+    /* done already: at once, on this thread; the caller's reference keeps f valid until fn
+     * returns, and f is not touched after (fn may free it) */
+    if (done) run_callback(f, fn, arg);
+    return 0;
+}
+
 void dstl_future_free(dstl_future *f)
 {
     if (!f) return;
     pthread_mutex_lock(&f->mu);
     f->user_gone = 1;
+    f->cb = NULL;               /* a callback not yet started never runs now */
     pthread_mutex_unlock(&f->mu);
     future_unref(f);
 }

@@ -17,6 +17,8 @@
  *      references) or drops the pins on failure, and wakes dstl_future_wait.
  * Waiting, dstl_future_done/result/free: any thread (the future's own mutex; lock order is
  * s->mu, then the future's).
+ *   4. A completion with a callback (dstl_future_on_done) is queued on the completing thread,
+ *      which runs future_run_callbacks once it holds no lock.
  */
 #ifndef DSTL_FUTURE_H
 #define DSTL_FUTURE_H
@@ -60,5 +62,13 @@ void future_build_end(dstl_future *f, int err, uint64_t size);
  * else failed with detail. Every waiter takes its piece or the failure; wl is emptied. */
 void future_section_ended(future_waitlist *wl, int res, const char *detail, run_segment *g, uint32_t sec_index,
                           const wire_section_loc *loc);
+
+/* Runs the callbacks of the futures this thread completed (future.c's thread-local list).
+ * Call with no lock held: the pipeline after each loop turn, dstl_persist after it unlocks. */
+void future_run_callbacks(void);
+
+/* Nonzero while the calling thread runs a future callback: DSTL calls that would block
+ * (backpressure, a writer close waiting for its records, a wait) return instead. */
+int future_in_callback(void);
 
 #endif

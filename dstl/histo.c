@@ -23,6 +23,7 @@ void histo_add(histo *h, uint64_t v)
 {
     h->count[bucket(v)]++;
     h->n++;
+    h->sum += v;
     if (v > h->max) h->max = v;
 }
 

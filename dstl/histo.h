@@ -14,6 +14,7 @@
 typedef struct {
     uint64_t count[HISTO_POW * HISTO_SUB];
     uint64_t n, max;
+    uint64_t sum;               /* of every value added, exact (a Prometheus _sum) */
 } histo;
 
 void histo_add(histo *h, uint64_t v);

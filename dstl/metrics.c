@@ -65,31 +65,44 @@ static void gauge(sbuf *b, const char *name, const char *help, uint64_t v)
     put(b, "# HELP %s %s\n# TYPE %s gauge\n%s %llu\n", name, help, name, name, (unsigned long long)v);
 }
 
+/* v / 10^decimals as an exact decimal: "0.001", "4.187", "1048576" — never %g's rounding
+ * (1.04858e+06) or exponent, so le labels and sums are the values themselves. */
+static void put_scaled(sbuf *b, uint64_t v, unsigned decimals)
+{
+    uint64_t div = 1;
+    for (unsigned i = 0; i < decimals; i++) div *= 10;
+    uint64_t whole = v / div, frac = v % div;
+    if (!frac) {
+        put(b, "%llu", (unsigned long long)whole);
+        return;
+    }
+    char digits[24];
+    snprintf(digits, sizeof digits, "%0*llu", (int)decimals, (unsigned long long)frac);
+    size_t n = strlen(digits);
+    while (n > 1 && digits[n - 1] == '0') digits[--n] = '\0';
+    put(b, "%llu.%s", (unsigned long long)whole, digits);
+}
+
 /* A Prometheus histogram from a histo: cumulative counts at the `le` bounds given (in the
- * histo's unit), printed scaled by `scale` (e.g. 1e-6 for microseconds -> seconds). A value
+ * histo's unit), printed as the bound / 10^decimals (6 for microseconds -> seconds). A value
  * counts under the first bound its bucket's upper end fits, so counts are exact at bounds
- * that are bucket edges and within the histo's 1/16 elsewhere. */
-static void histogram(sbuf *b, const char *name, const char *help, const histo *h, const double *le, size_t nle,
-                      double scale)
+ * that are bucket edges and within the histo's 1/16 elsewhere; _sum and _count are exact. */
+static void histogram(sbuf *b, const char *name, const char *help, const histo *h, const uint64_t *le, size_t nle,
+                      unsigned decimals)
 {
     put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t total = 0, sum_est = 0;
     size_t nb = sizeof h->count / sizeof h->count[0];
     for (size_t i = 0; i < nle; i++) {
         uint64_t c = 0;
-        for (size_t k = 0; k < nb; k++) {
-            if (!h->count[k]) continue;
-            if ((double)histo_bucket_upper((unsigned)k) <= le[i]) c += h->count[k];
-        }
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, le[i] * scale, (unsigned long long)c);
+        for (size_t k = 0; k < nb; k++)
+            if (h->count[k] && histo_bucket_upper((unsigned)k) <= le[i]) c += h->count[k];
+        put(b, "%s_bucket{le=\"", name);
+        put_scaled(b, le[i], decimals);
+        put(b, "\"} %llu\n", (unsigned long long)c);
     }
-    for (size_t k = 0; k < nb; k++) {
-        if (!h->count[k]) continue;
-        total += h->count[k];
-        sum_est += h->count[k] * histo_bucket_upper((unsigned)k);
-    }
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %g\n%s_count %llu\n", name, (unsigned long long)total, name,
-        (double)sum_est * scale, name, (unsigned long long)total);
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum ", name, (unsigned long long)h->n, name);
+    put_scaled(b, h->sum, decimals);
+    put(b, "\n%s_count %llu\n", name, (unsigned long long)h->n);
 }
 
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
@@ -146,9 +159,10 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
 
 static int metrics_format(dstl_storage *s, char **text)
 {
-    static const double lat_us[] = {1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7};
-    static const double writers[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
-    static const double bytes[] = {4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456};
+    static const uint64_t lat_us[] = {1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000,
+                                      1000000, 2000000, 5000000, 10000000};
+    static const uint64_t writers[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+    static const uint64_t bytes[] = {4096, 65536, 262144, 1048576, 4194304, 16777216, 67108864, 268435456};
     dstl_stats st;
     int rc = dstl_storage_stats(s, &st);
     if (rc < 0) return rc;
@@ -204,12 +218,12 @@ static int metrics_format(dstl_storage *s, char **text)
     gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
     gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
     histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,
-              sizeof lat_us / sizeof lat_us[0], 1e-6);
+              sizeof lat_us / sizeof lat_us[0], 6);
     histogram(&b, "dstl_upload_latency_seconds", "Segment upload, flush to acknowledgement.", &copy[1], lat_us,
-              sizeof lat_us / sizeof lat_us[0], 1e-6);
+              sizeof lat_us / sizeof lat_us[0], 6);
     histogram(&b, "dstl_upload_batch_writers", "Writer sections per segment.", &copy[2], writers,
-              sizeof writers / sizeof writers[0], 1);
-    histogram(&b, "dstl_upload_size_bytes", "Segment sizes.", &copy[3], bytes, sizeof bytes / sizeof bytes[0], 1);
+              sizeof writers / sizeof writers[0], 0);
+    histogram(&b, "dstl_upload_size_bytes", "Segment sizes.", &copy[3], bytes, sizeof bytes / sizeof bytes[0], 0);
     free(copy);
     if (b.oom) {
         free(b.buf);

@@ -35,6 +35,14 @@ static int new_run_id(char *buf, size_t cap)
     return 0;
 }
 
+/* The open-time bucket check is bounded like one request of an upload: every attempt within
+ * dstl.upload.timeout (3 s at the defaults), so an endpoint that does not answer delays the
+ * open by that much and no more. */
+static uint64_t open_check_bound_ms(const dstl_storage *s)
+{
+    return s->conf.upload_max_attempts * s->conf.upload_timeout_ms;
+}
+
 int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_storage **out)
 {
     if (!c || !out) return err_fail(-EINVAL, "dstl_storage_open: NULL argument");
@@ -82,12 +90,18 @@ int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_s
         rc = err_fail(rc, "dstl.local.dir %s: %s", s->local_dir, dstl_last_error());
         goto fail_sync;
     }
+    char warn[1024] = "";
     if (*s->conf.remote_uri && (rc = remote_client_new(&s->conf, &s->loop.s3)) < 0) goto fail_store;
+    if (*s->conf.remote_uri && (rc = remote_check(&s->conf, &s->remote, open_check_bound_ms(s), warn, sizeof warn)) < 0)
+        goto fail_store;
     if ((rc = pipeline_start(s)) < 0) goto fail_store;
     if ((rc = cache_open(s)) < 0) {
         pipeline_stop(s);
         goto fail_store;
     }
+    /* After a success the detail is "" or the open check's warning (include/dstl.h). */
+    if (*warn) err_fail(0, "%s", warn);
+    else err_clear();
     *out = s;
     return 0;
 
@@ -141,6 +155,10 @@ static void remote_close(dstl_storage *s)
 int dstl_storage_close(dstl_storage *s)
 {
     if (!s) return 0;
+    /* A future callback running on the pipeline thread cannot wait for that thread. */
+    if (s->loop.thread_started && pthread_equal(pthread_self(), s->loop.thread))
+        return err_fail(-EDEADLK, "dstl_storage_close: called from a future callback on the storage's pipeline "
+                                  "thread, which close waits for: close it from another thread");
     pthread_mutex_lock(&s->mu);
     size_t open = s->locked.nwriters;
     pthread_mutex_unlock(&s->mu);

@@ -196,6 +196,11 @@ int dstl_writer_close(dstl_writer *w)
     if (!w) return 0;
     dstl_storage *s = w->s;
     pthread_mutex_lock(&s->mu);
+    if (w->inflight_ranges > 0 && future_in_callback()) {
+        pthread_mutex_unlock(&s->mu);
+        return err_fail(-EAGAIN, "dstl_writer_close %s: records in flight, and a future callback never waits: close "
+                                 "it outside the callback", w->id);
+    }
     /* The pipeline reads this writer's chunks while a range is in flight: wait for them
      * (bounded by the upload timeouts, like every future). */
     while (w->inflight_ranges > 0) pthread_cond_wait(&s->range_cv, &s->mu);
@@ -258,12 +263,15 @@ static int wait_room(dstl_storage *s, dstl_writer *w, uint64_t cost)
 {
     if (s->locked.pipe.closing) return err_fail(DSTL_ECLOSED, "writer %s: storage is closing", w->id);
     if (s->locked.pipe.adm_head || !room_for(s, cost)) {
-        if (s->conf.backpressure == CFG_BACKPRESSURE_FAIL)
+        /* inside a future callback nothing blocks (it may run on the pipeline thread, which
+         * is what would free the room): -EAGAIN as with backpressure: fail */
+        if (s->conf.backpressure == CFG_BACKPRESSURE_FAIL || future_in_callback())
             return err_fail(-EAGAIN, "writer %s: %llu bytes in flight%s, %llu more would pass "
-                            "dstl.upload.max-in-flight (%llu)", w->id,
+                            "dstl.upload.max-in-flight (%llu)%s", w->id,
                             (unsigned long long)(s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need),
                             s->locked.pipe.adm_head ? " and hand-offs waiting before this one" : "",
-                            (unsigned long long)cost, (unsigned long long)s->conf.max_in_flight_bytes);
+                            (unsigned long long)cost, (unsigned long long)s->conf.max_in_flight_bytes,
+                            future_in_callback() ? "; inside a future callback, which never waits" : "");
         admit_waiter me = {NULL}, **tail = &s->locked.pipe.adm_head;
         while (*tail) tail = &(*tail)->next;
         *tail = &me;

@@ -34,7 +34,30 @@ extern "C" {
 #define DSTL_EREMOTE     (-10004) /* the remote store failed after every attempt (detail: last_error) */
 #define DSTL_ECONFIG     (-10005) /* unknown configuration key or bad value                         */
 #define DSTL_ECRYPTO     (-10006) /* key missing/unknown key id/authentication failed               */
-#define DSTL_EFENCED     (-10007) /* a newer owner of this writer id exists                         */
+#define DSTL_EFENCED     (-10007) /* reserved: a newer owner of this writer id exists; never
+                                     returned by the embedded library                            */
+
+/* Which calls return which DSTL_E* code (the -errno codes are listed at each call):
+ *   DSTL_ECORRUPT    dstl_reader_next (a segment's bytes fail their CRC32C or format check in
+ *                    every copy there is: local, cache, S3; detail: file or s3://bucket/key,
+ *                    section, offset), dstl_handle_parse (bytes that are not a handle).
+ *   DSTL_ECLOSED     dstl_writer_open, dstl_append, dstl_append_meta, dstl_persist (the
+ *                    storage is closing).
+ *   DSTL_ETRUNCATED  dstl_persist (from_seq below the writer's truncation point).
+ *   DSTL_EREMOTE     dstl_future_result (an upload failed after every attempt, or within the
+ *                    future bound; the run's lease could not be kept: fenced), dstl_gc and
+ *                    dstl_reader_next (a remote request failed after every attempt: 5xx,
+ *                    resets, malformed answers; a timeout, a refused connection or a 403
+ *                    give -ETIMEDOUT, -ECONNREFUSED, -EACCES instead).
+ *   DSTL_ECONFIG     dstl_config_new (a bad DSTL_* value), dstl_config_set, dstl_config_load,
+ *                    dstl_storage_open (values that contradict each other; a key file that
+ *                    cannot be read or parsed: FILE:LINE), dstl_storage_reload_keys.
+ *   DSTL_ECRYPTO     dstl_reader_next (a failed GCM tag, a key id the key file lacks, no key
+ *                    file, a wrong key, a plain segment where the handle names an encrypted
+ *                    one), dstl_storage_open and dstl_storage_reload_keys (a key file group
+ *                    or others may read).
+ *   DSTL_EFENCED     none: reserved for a coordinator that fences writers across processes.
+ */
 
 /* A short description of err: every DSTL_E* code and every -errno. Never NULL. Thread-safe. */
 const char *dstl_strerror(int err);
@@ -104,7 +127,18 @@ void dstl_config_free(dstl_config *c);
  * With dstl.encryption.key-file: DSTL_ECONFIG when the key file cannot be read or parsed
  * (detail FILE:LINE and what is wrong, never the line's text), DSTL_ECRYPTO when group or
  * others may access it (detail names the file and its mode).
- * Blocking: yes (mkdir, fsync, thread start). */
+ *
+ * With dstl.remote.uri set, open also looks at the bucket: one ListObjectsV2 of at most one
+ * key under the prefix (it creates nothing), bounded by dstl.upload.max-attempts x
+ * dstl.upload.timeout (3 s at the defaults). An answer that settles that the storage cannot
+ * work fails the open: -ENOENT for 404 NoSuchBucket, -EACCES for 403 SignatureDoesNotMatch or
+ * InvalidAccessKeyId (the detail names s3://bucket/prefix and the server's answer, never a
+ * credential). Anything else — no answer in time, refused connections, 5xx, AccessDenied (a
+ * policy may deny listing and allow writing) — is taken for an outage: the storage opens
+ * (local recovery must work without the remote), and dstl_last_error() after the 0 return
+ * holds a one-line warning starting "warning: the remote ...". After a 0 return without a
+ * warning, dstl_last_error() is "".
+ * Blocking: yes (mkdir, fsync, thread start, the bucket check). */
 int dstl_storage_open(const dstl_config *c, dstl_storage **out);
 
 /* Encryption at rest (dstl.encryption.key-file; wire/FORMAT.md "Encryption"). Every segment
@@ -120,7 +154,8 @@ int dstl_storage_reload_keys(dstl_storage *s);
 
 /* Waits for in-flight work (each batch within the future bound below; then the cleanups of
  * cancelled uploads for at most one more bound), frees. Writers must be closed
- * first, else -EBUSY and nothing is freed. Segments still referenced by live handles stay
+ * first, else -EBUSY and nothing is freed; from a future callback on the storage's pipeline
+ * thread (which close waits for) -EDEADLK and nothing is freed. Segments still referenced by live handles stay
  * on disk for recovery; dstl_gc removes what no handle needs. Accepts NULL. */
 int dstl_storage_close(dstl_storage *s);
 
@@ -160,7 +195,8 @@ int dstl_append_meta(dstl_writer *w, const void *data, size_t len);
  * completes with a handle covering exactly that range. Records already durable are
  * referenced, not written again; with nothing new the future is already complete.
  * Errors: -EINVAL (from_seq > next_seq), DSTL_ETRUNCATED (below the truncation point),
- * -EAGAIN (backpressure: fail), -EIO (the local store failed earlier: fail-stop),
+ * -EAGAIN (backpressure: fail; and inside a future callback, wherever it would block for
+ * backpressure: dstl_future_on_done), -EIO (the local store failed earlier: fail-stop),
  * DSTL_ECLOSED. A future that fails leaves the records in the writer: a later persist over
  * the range writes them again. Blocks only under backpressure. */
 int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl_future **out);
@@ -172,7 +208,8 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
 int dstl_truncate(dstl_writer *w, uint64_t to_seq);
 
 /* Waits for the writer's records in flight (at most the future bound below), releases its
- * sections, frees. Accepts NULL. */
+ * sections, frees. Accepts NULL. Inside a future callback, with records in flight: -EAGAIN
+ * and the writer stays open (a callback never waits). */
 int dstl_writer_close(dstl_writer *w);
 
 /* ---- futures: complete once, from the pipeline; any thread may wait ------------------------
@@ -194,7 +231,8 @@ int dstl_writer_close(dstl_writer *w);
  * only (no timeout can stop an fdatasync). Tests use exactly this formula.
  */
 
-/* 0 when done, -ETIMEDOUT when still pending after timeout_ms (< 0: wait forever). */
+/* 0 when done, -ETIMEDOUT when still pending after timeout_ms (< 0: wait forever). Inside
+ * a future callback it never waits: a pending future gives -ETIMEDOUT at once. */
 int dstl_future_wait(dstl_future *f, int64_t timeout_ms);
 /* 1 done, 0 pending. */
 int dstl_future_done(const dstl_future *f);
@@ -202,8 +240,51 @@ int dstl_future_done(const dstl_future *f);
  * detail in dstl_last_error(). -EAGAIN while pending. May be called more than once. */
 int dstl_future_result(dstl_future *f, dstl_handle **out);
 /* May be called while pending: the persist still completes; a handle nobody can see then
- * keeps no segment alive. */
+ * keeps no segment alive. A callback (dstl_future_on_done) that has not started yet then never
+ * runs; one running on another thread finishes with f still valid. May be called inside the
+ * future's own callback: f stays valid until the callback returns. */
 void dstl_future_free(dstl_future *f);
+
+/* ---- futures for event loops: completion callbacks --------------------------------------
+ * A state backend with its own event loop (it cannot block in dstl_future_wait) registers a
+ * callback; it typically posts the future to its loop (a queue and a wakeup of its own) and
+ * calls dstl_future_result there, or right in the callback.
+ *
+ *   static void on_persisted(dstl_future *f, void *arg) {
+ *       struct task *t = arg;
+ *       dstl_handle *h = NULL;
+ *       int rc = dstl_future_result(f, &h);     // never waits: f is done
+ *       dstl_future_free(f);                    // allowed here
+ *       task_post_checkpoint(t, rc, h);         // the backend's own, non-blocking
+ *   }
+ *   ...
+ *   if (dstl_persist(w, from, cp, &f) == 0) dstl_future_on_done(f, on_persisted, task);
+ *
+ * Rules:
+ *  - fn runs exactly once per registration, with the future done: from the storage's pipeline
+ *    thread when the future completes later, or at once, on the calling thread inside
+ *    dstl_future_on_done, when it is done already. No DSTL lock is held while fn runs.
+ *  - fn must not block, and nothing DSTL does inside it blocks: dstl_persist and dstl_append
+ *    return -EAGAIN where they would wait for backpressure (the records of an append are not
+ *    appended; a persist hands nothing off and may be called again later), dstl_future_wait
+ *    returns -ETIMEDOUT at once for a pending future, dstl_writer_close returns -EAGAIN while
+ *    the writer has records in flight, dstl_storage_close returns -EDEADLK on the pipeline
+ *    thread. A persist from a callback that needs no room (room is free, or nothing is new)
+ *    works as anywhere: its new future may get a callback of its own. dstl_gc and
+ *    dstl_reader_next do I/O: do not call them from a callback on the pipeline thread.
+ *  - fn runs on one pipeline thread for all futures of a storage: while it runs, no other
+ *    completion of that storage is delivered, so it should return quickly.
+ *  - dstl_future_free(f) inside fn is allowed; after dstl_future_free from another thread a
+ *    callback that has not started never runs.
+ * There is no pollable descriptor per storage yet: a loop that wants one makes an eventfd or
+ * pipe of its own and writes it from fn.
+ */
+typedef void (*dstl_future_fn)(dstl_future *f, void *arg);
+
+/* Registers fn(f, arg) to run once when f is done (at once when it is done already). Returns
+ * 0, -EINVAL (NULL f or fn), -EBUSY (f has a callback already: one per future). Thread-safe;
+ * never blocks (except for what fn does when it runs at once). */
+int dstl_future_on_done(dstl_future *f, dstl_future_fn fn, void *arg);
 
 /* ---- handles: immutable, self-contained, serializable; safe to share between threads ------ */
 
@@ -223,7 +304,49 @@ uint64_t dstl_handle_size(const dstl_handle *h);
  * section needs them. Discarding twice, or a handle of another storage run, is a no-op. */
 int dstl_handle_discard(dstl_storage *s, const dstl_handle *h);
 
-/* ---- reading: recovery readers; a reader is used by one thread at a time ------------------ */
+/* ---- restore: the lifecycle of a restored backend -----------------------------------------
+ * After a failure the job restores from its last completed checkpoint: the materialized
+ * snapshot plus the serialized handles it kept in that checkpoint's metadata. A restored
+ * backend, in a new process or the same one:
+ *  1. opens a storage (a new run with a new run id; the old run, crashed or closed, is dead)
+ *     with the same dstl.local.dir (local recovery from the files that survived) and the same
+ *     dstl.remote.uri (the objects);
+ *  2. parses each handle (dstl_handle_parse) and reads it with dstl_reader_open /
+ *     dstl_reader_next over the key groups it now owns (after rescaling, a subset or a union
+ *     of the old ones: read every handle whose range overlaps), applying the records on top
+ *     of the snapshot;
+ *  3. opens its writers again (dstl_writer_open, any writer id: usually the old one). A new
+ *     writer numbers its records from 0 again: the seqs of the new run and of the handles it
+ *     restored from are separate spaces, and the new checkpoints' handles cover only what the
+ *     new writer appended. Until its next materialization the checkpoint metadata holds both:
+ *     the restored handles (still needed) and the new ones.
+ *  4. frees the old run's segments through dstl_gc, never through truncate or discard:
+ *     dstl_handle_discard of a handle of another run is a no-op, and dstl_truncate only
+ *     concerns this run's writers. Once no retained checkpoint holds a handle of the old run
+ *     any more (after the next materialization and the checkpoints that subsume it), run
+ *     dstl_gc (or `dstl gc`) with the live set of every retained checkpoint's handles: it
+ *     deletes what no live handle references and is older than min_age_ms.
+ * What a handle keeps alive: inside its own run, a handle that completed and was not
+ * discarded keeps its segments (dstl_truncate and dstl_handle_discard never delete them).
+ * Across processes and runs a handle keeps nothing by itself: only dstl_gc's live set (and
+ * min_age_ms, and the lock or lease of a run still alive) protects a dead run's segments, so
+ * the live set given to gc must hold every handle any job may still restore from.
+ */
+
+/* ---- reading: recovery readers; a reader is used by one thread at a time ------------------
+ * Where the bytes come from, per segment of the handle: the local copy
+ * <dstl.local.dir>/<segment name> when it exists with the length the handle names (local
+ * recovery: no request at all); otherwise, when the handle names a remote (its writer's
+ * dstl.remote.uri at persist time), the object s3://bucket/PREFIX/hh/<name> with this
+ * storage's dstl.s3.* endpoint and credentials: first the reader cache (dstl.cache.*: byte
+ * ranges fetched before, on local disk, checked again on every read), then ranged GETs on a
+ * client of the reader's own (only the footer and the sections of the key groups asked, a
+ * few pieces fetched ahead). Every byte, whatever its source, is checked before it is
+ * returned; a bad local copy is replaced by the object mid-piece (counted in
+ * dstl_stats.local_read_fallbacks), a bad cached range is dropped and fetched again. Readers
+ * of one storage share its cache and a pool of S3 clients; each reader is used by one thread
+ * at a time, and many readers may run at once on different threads. Blocking: open and next
+ * do I/O (file reads, HTTP). */
 typedef struct {
     uint64_t    seq;
     uint32_t    key_group;     /* meaningless for meta records */
@@ -243,8 +366,11 @@ typedef struct {
  * no byte of a section is returned before its tag is checked. */
 int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
                      uint32_t key_group_first, uint32_t key_group_last, dstl_reader **out);
-/* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), DSTL_ECRYPTO
- * (above), -ENOENT (a segment is gone). Errors are sticky. */
+/* 1 record, 0 end, < 0 error: DSTL_ECORRUPT (detail: file, section, offset), -ENOENT (a
+ * segment is gone: no local copy and no object), a GET's failure after every attempt
+ * (DSTL_EREMOTE, or the code of the last attempt: -ETIMEDOUT, -ECONNREFUSED, -EACCES; detail:
+ * s3://bucket/key and the server's answer), DSTL_ECRYPTO (encrypted segments: a key or tag
+ * problem), -EIO, -ENOMEM. Errors are sticky. */
 int dstl_reader_next(dstl_reader *r, dstl_record *rec);
 void dstl_reader_close(dstl_reader *r);
 

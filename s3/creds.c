@@ -77,6 +77,23 @@ static int read_file(const char *path, const char *profile, s3_credentials *out)
     return have_ak && have_sk ? 0 : -ENOENT;
 }
 
+/* The credentials file: path, else AWS_SHARED_CREDENTIALS_FILE, else $HOME/.aws/credentials. */
+static const char *file_path(const char *path, char *buf, size_t cap)
+{
+    if (!set(path)) path = getenv("AWS_SHARED_CREDENTIALS_FILE");
+    if (set(path)) return path;
+    const char *home = getenv("HOME");
+    snprintf(buf, cap, "%s/.aws/credentials", set(home) ? home : ".");
+    return buf;
+}
+
+/* The profile: profile, else AWS_PROFILE, else "default". */
+static const char *profile_name(const char *profile)
+{
+    if (!set(profile)) profile = getenv("AWS_PROFILE");
+    return set(profile) ? profile : "default";
+}
+
 int s3_credentials_resolve(const char *access_key, const char *secret_key,
                            const char *session_token, const char *path, const char *profile,
                            s3_credentials *out, char *why, size_t why_cap)
@@ -103,14 +120,8 @@ int s3_credentials_resolve(const char *access_key, const char *secret_key,
         return 0;
     }
     char fpath[1024];
-    if (!set(path)) path = getenv("AWS_SHARED_CREDENTIALS_FILE");
-    if (!set(path)) {
-        const char *home = getenv("HOME");
-        snprintf(fpath, sizeof fpath, "%s/.aws/credentials", set(home) ? home : ".");
-        path = fpath;
-    }
-    if (!set(profile)) profile = getenv("AWS_PROFILE");
-    if (!set(profile)) profile = "default";
+    path = file_path(path, fpath, sizeof fpath);
+    profile = profile_name(profile);
     int rc = read_file(path, profile, out);
     if (rc == 0) {
         snprintf(out->source, sizeof out->source, "file [%.40s]", profile);
@@ -123,4 +134,29 @@ int s3_credentials_resolve(const char *access_key, const char *secret_key,
                  "AWS_SECRET_ACCESS_KEY, not in profile [%s] of %s",
                  profile, path);
     return rc == -EINVAL ? -EINVAL : -ENOENT;
+}
+
+int s3_credentials_source(const s3_opts *o, char *buf, size_t cap)
+{
+    s3_credentials cr;
+    char why[512];
+    int rc = s3_credentials_resolve(o->access_key, o->secret_key, o->session_token, o->credentials_file, o->profile,
+                                    &cr, why, sizeof why);
+    bool token = cr.session_token[0] != '\0';
+    /* Only the source leaves this function: the values are wiped here. */
+    memset(&cr, 0, sizeof cr);
+    if (rc < 0) {
+        snprintf(buf, cap, "%s", rc == -EINVAL ? "a credential value is too long" : why);
+        return rc;
+    }
+    char fpath[1024];
+    if (set(o->access_key) && set(o->secret_key))
+        snprintf(buf, cap, "options%s", token ? " (with a session token)" : "");
+    else if (set(getenv("AWS_ACCESS_KEY_ID")) && set(getenv("AWS_SECRET_ACCESS_KEY")))
+        snprintf(buf, cap, "environment AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY%s",
+                 token ? ", AWS_SESSION_TOKEN" : "");
+    else
+        snprintf(buf, cap, "profile [%s] of %s%s", profile_name(o->profile),
+                 file_path(o->credentials_file, fpath, sizeof fpath), token ? " (with a session token)" : "");
+    return 0;
 }

@@ -219,6 +219,12 @@ typedef struct s3_opts {
  * network. */
 int s3_client_new(const s3_opts *opts, s3_client **out, s3_result *res);
 
+/* Where s3_client_new would take the credentials from, for reports (`dstl config`), never a
+ * value: "options" (opts' keys), "environment AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY[,
+ * AWS_SESSION_TOKEN]" or "profile [NAME] of PATH". Returns 0, or -ENOENT with buf saying where
+ * it looked, -EINVAL when a value is too long. Reads the environment and the file; no network. */
+int s3_credentials_source(const s3_opts *opts, char *buf, size_t cap);
+
 /* Cancels every operation still in flight (their callbacks run with -ECANCELED), then runs the
  * loop until the detached cleanups are done, for at most cleanup_timeout_ms in all (one bound,
  * not one per cleanup), abandons the rest (left for dstl gc) and frees the client. NULL is

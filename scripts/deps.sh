@@ -20,6 +20,7 @@ BUILD_PKGS=(
   liblz4-dev libzstd-dev                  # section compression
   clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
   libfuse3-dev fuse3                      # tests: the power-cut simulator (tests/tools/powercut_fs.c)
+  prometheus                              # tests: promtool checks the metrics file (tests/test_dstl_stats.c)
   curl python3
 )
 # The S3 server the tests and the perf suite start (Ceph RGW; see tests/s3/README.md).

@@ -73,6 +73,14 @@ void *t_read_file(const char *path, size_t *len)
     return buf;
 }
 
+char *t_read_text(const char *path)
+{
+    size_t n = 0;
+    char *buf = t_read_file(path, &n);
+    if (buf) buf[n] = '\0';    /* t_read_file always leaves room after the bytes (n < cap) */
+    return buf;
+}
+
 uint64_t t_rand(uint64_t *s)
 {
     uint64_t x = *s ? *s : 0x9E3779B97F4A7C15ull;

@@ -15,6 +15,8 @@ void t_rm_rf(const char *path);
 int t_write_file(const char *path, const void *buf, size_t len);
 /* Reads a whole file into a malloc'd buffer; NULL on failure. */
 void *t_read_file(const char *path, size_t *len);
+/* Reads a whole file as a NUL-terminated string (malloc'd); NULL on failure. */
+char *t_read_text(const char *path);
 /* Deterministic pseudo-random numbers (xorshift64*), for reproducible test data. */
 uint64_t t_rand(uint64_t *state);
 /* Fills buf with bytes derived from seed (the t_rand stream). Kept for the wire tests, whose

@@ -606,3 +606,344 @@ Test(dstl_cmd, two_demos_at_once_on_one_dir_both_recover)
     free(t1);
     free(t2);
 }
+
+/* ---- help and version ---- */
+
+/* The version in the Makefile (VERSION := x.y.z): the one place it is set. */
+static void make_version(char *buf, size_t cap)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/../../Makefile", t_data_dir());
+    char *mk = t_read_text(path);
+    cr_assert_not_null(mk, "%s", path);
+    const char *v = strstr(mk, "\nVERSION");
+    cr_assert_not_null(v, "no VERSION in %s", path);
+    v = strstr(v, ":=");
+    cr_assert_not_null(v);
+    v += 2;
+    while (*v == ' ') v++;
+    size_t n = strcspn(v, " \n");
+    cr_assert_lt(n, cap);
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    free(mk);
+}
+
+Test(dstl_cmd, every_command_has_help_and_the_version_comes_from_the_makefile)
+{
+    static const char *const cmds[] = {"demo", "cat", "ls", "verify", "gc", "stats", "config", "version", "help"};
+    int st;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "usage: dstl %s", cmds[i]);
+        static const char *const forms[] = {"'%s' %s --help", "'%s' help %s", "'%s' %s -h"};
+        for (size_t k = 0; k < 3; k++) {
+            char fmt[64];
+            snprintf(fmt, sizeof fmt, "%s 2>/dev/null", forms[k]);   /* help goes to stdout */
+            char *out = run(&st, fmt, bin(), cmds[i]);
+            cr_expect_eq(st, 0, "%s (%s): exit %d: %s", cmds[i], forms[k], st, out);
+            cr_expect(strstr(out, want) != NULL, "%s (%s): %s", cmds[i], forms[k], out);
+            cr_expect(strstr(out, "example") != NULL, "%s (%s) shows no example: %s", cmds[i], forms[k], out);
+            free(out);
+        }
+    }
+    /* ls --help lists no directory named --help; demo --help runs no demo */
+    char *out = run(&st, "cd '%s' && '%s' ls --help && '%s' demo --help", dir, bin(), bin());
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "segment files") == NULL && strstr(out, "recovery:") == NULL, "%s", out);
+    free(out);
+    static const char *const overview[] = {"'%s' --help", "'%s' help", "'%s' -h"};
+    for (size_t k = 0; k < 3; k++) {
+        out = run(&st, overview[k], bin());
+        cr_expect_eq(st, 0, "%s", out);
+        for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+            char line[64];
+            snprintf(line, sizeof line, "\n  %s ", cmds[i]);
+            cr_expect(strstr(out, line) != NULL, "the overview lacks %s: %s", cmds[i], out);
+        }
+        free(out);
+    }
+    char version[64], want[96];
+    make_version(version, sizeof version);
+    snprintf(want, sizeof want, "dstl %s\n", version);
+    out = run(&st, "'%s' --version", bin());
+    cr_expect_eq(st, 0);
+    cr_expect_str_eq(out, want);
+    free(out);
+    out = run(&st, "'%s' version", bin());
+    cr_expect_str_eq(out, want);
+    free(out);
+    cr_expect_str_eq(dstl_version(), version);
+    /* unknown ones still fail, with the overview */
+    out = run(&st, "'%s' --frobnicate", bin());
+    cr_expect_eq(st, 2, "%s", out);
+    free(out);
+    out = run(&st, "'%s' help frobnicate", bin());
+    cr_expect_eq(st, 2, "%s", out);
+    free(out);
+}
+
+/* ---- ls, verify, cat over a mirror ---- */
+
+static size_t pos(const char *text, const char *needle)
+{
+    const char *p = strstr(text, needle);
+    cr_assert_not_null(p, "'%s' missing in:\n%s", needle, text);
+    return (size_t)(p - text);
+}
+
+/* A mirror of two runs' segments in hh/ sub-folders (as rclone or `aws s3 sync` leave a
+ * prefix): ls groups by run (older run first) and sorts by segment number, with human sizes
+ * (--bytes: exact) and relative ages; verify and cat walk it too. */
+Test(dstl_cmd, ls_verify_cat_walk_a_mirror_sorted_by_run_and_number)
+{
+    char first[4400] = "";                        /* setup's segment: the older run's */
+    DIR *d0 = opendir(data);
+    cr_assert_not_null(d0);
+    for (struct dirent *e0; (e0 = readdir(d0));)
+        if (strstr(e0->d_name, ".seg")) snprintf(first, sizeof first, "%s", e0->d_name);
+    closedir(d0);
+    add_orphan();                                 /* a second run in data */
+    char mirror[4300], sub[4400];
+    snprintf(mirror, sizeof mirror, "%s/mirror", dir);
+    DIR *d = opendir(data);
+    cr_assert_not_null(d);
+    struct dirent *e;
+    char names[4][128];
+    int n = 0;
+    cr_assert_eq(mkdir(mirror, 0755), 0);
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".seg")) continue;
+        char src[4600], dst[4600];
+        /* segments of the same run in different folders, in reverse folder order */
+        snprintf(sub, sizeof sub, "%s/%02x", mirror, 0xff - n);
+        cr_assert_eq(mkdir(sub, 0755), 0);
+        snprintf(src, sizeof src, "%s/%s", data, e->d_name);
+        snprintf(dst, sizeof dst, "%s/%s", sub, e->d_name);
+        char *text;
+        size_t len;
+        cr_assert_not_null(text = t_read_file(src, &len));
+        cr_assert_eq(t_write_file(dst, text, len), 0);
+        free(text);
+        cr_assert_lt(n, 4);
+        snprintf(names[n++], sizeof names[0], "%.100s", e->d_name);
+    }
+    closedir(d);
+    cr_assert_eq(n, 2, "expected the segments of two runs");
+    /* the operator-7 run (setup's) wrote first: in the mirror too */
+    for (int i = 0; i < n; i++) {
+        if (strcmp(names[i], first) != 0) continue;
+        snprintf(sub, sizeof sub, "%s/%02x", mirror, 0xff - i);
+        age_entries(sub, 60);
+    }
+    int st;
+    char *out = run(&st, "'%s' ls '%s'", bin(), mirror);
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect_eq(count(out, "\nrun ") + (strncmp(out, "run ", 4) == 0), 2, "%s", out);
+    cr_expect(pos(out, "operator-7") < pos(out, "operator-8"), "runs not in the order they wrote:\n%s", out);
+    cr_expect(strstr(out, "fe/") != NULL && strstr(out, "ff/") != NULL, "sub-folders not shown:\n%s", out);
+    cr_expect(strstr(out, " s ago") != NULL, "no relative age:\n%s", out);
+    cr_expect(strstr(out, "\n2 segment files") != NULL, "%s", out);
+    free(out);
+    /* exact sizes with --bytes: each segment's size as a byte count */
+    out = run(&st, "'%s' ls --bytes '%s'", bin(), mirror);
+    cr_assert_eq(st, 0, "%s", out);
+    for (int i = 0; i < n; i++) {
+        char p[4800], want[700];
+        snprintf(p, sizeof p, "%s/%s", data, names[i]);
+        struct stat sb;
+        cr_assert_eq(stat(p, &sb), 0);
+        snprintf(want, sizeof want, "%s  %lld B  ", names[i], (long long)sb.st_size);
+        cr_expect(strstr(out, want) != NULL, "'%s' missing:\n%s", want, out);
+    }
+    free(out);
+    out = run(&st, "'%s' verify '%s'", bin(), mirror);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "51 records checked") != NULL, "%s", out);    /* 41 + 10 */
+    free(out);
+    out = run(&st, "'%s' cat '%s' 2>/dev/null", bin(), mirror);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect_eq(count(out, "\n"), 51, "%s", out);
+    cr_expect_eq(count(out, "\"writer\":\"operator-8\""), 10, "%s", out);
+    free(out);
+    out = run(&st, "'%s' cat '%s' --key-groups 2-3 2>/dev/null", bin(), mirror);
+    cr_expect_eq(count(out, "\"writer\":\"operator-7\",\"seq\""), 10 + 1, "%s", out);  /* 10 PUTs + meta */
+    free(out);
+}
+
+Test(dstl_cmd, human_sizes_and_ages)
+{
+    /* a segment file of 5000 bytes of garbage: ls shows 4.9 KiB, --bytes 5000 B */
+    char big[4300];
+    snprintf(big, sizeof big, "%s/ffffffffffffffff-000000000001.seg", data);
+    char junk[5000];
+    memset(junk, 'x', sizeof junk);
+    cr_assert_eq(t_write_file(big, junk, sizeof junk), 0);
+    int st;
+    char *out = run(&st, "'%s' ls '%s'", bin(), data);
+    cr_expect(strstr(out, "4.9 KiB") != NULL, "%s", out);
+    free(out);
+    out = run(&st, "'%s' verify --bytes '%s'", bin(), data);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "5000 B  CORRUPT") != NULL, "%s", out);
+    free(out);
+    age_entries(data, 3 * 3600);
+    out = run(&st, "'%s' ls '%s'", bin(), data);
+    cr_expect(strstr(out, "3 h ago") != NULL, "%s", out);
+    free(out);
+}
+
+/* ---- stats ---- */
+
+Test(dstl_cmd, stats_prints_values_exactly_and_warns_about_stale_or_foreign_files)
+{
+    char f[4300];
+    snprintf(f, sizeof f, "%s/m.prom", dir);
+    const char *text = "# HELP dstl_x_seconds Example.\n# TYPE dstl_x_seconds histogram\n"
+                       "dstl_x_seconds_bucket{le=\"1048576\"} 3\ndstl_x_seconds_bucket{le=\"+Inf\"} 3\n"
+                       "dstl_x_seconds_sum 4.187\ndstl_x_seconds_count 3\n"
+                       "# TYPE dstl_big_total counter\ndstl_big_total 123456789012\n";
+    cr_assert_eq(t_write_file(f, text, strlen(text)), 0);
+    int st;
+    char *out = run(&st, "'%s' stats '%s'", bin(), f);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "dstl_x_seconds_sum                       4.187\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "dstl_big_total                           123456789012\n") != NULL, "%s", out);
+    cr_expect(strstr(out, "warning") == NULL, "a fresh, valid file got a warning: %s", out);
+    free(out);
+    out = run(&st, "'%s' stats --prometheus '%s'", bin(), f);
+    cr_expect_str_eq(out, text);
+    free(out);
+    /* an old file: its storage stopped */
+    age_entries(dir, 600);
+    out = run(&st, "'%s' stats '%s'", bin(), f);
+    cr_expect_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "warning: ") != NULL && strstr(out, "last written") != NULL, "%s", out);
+    free(out);
+    /* not Prometheus text: the first bad line, by file:line */
+    const char *other = "dstl.local.dir: ./x\n";
+    cr_assert_eq(t_write_file(f, other, strlen(other)), 0);
+    out = run(&st, "'%s' stats '%s'", bin(), f);
+    char where[4400];
+    snprintf(where, sizeof where, "%s:1: not Prometheus text", f);
+    cr_expect(strstr(out, where) != NULL, "%s", out);
+    free(out);
+}
+
+/* The demo's metrics file ends with the run's totals: the recovery storage at the end used to
+ * rewrite it with its own zeros. */
+Test(dstl_cmd, demo_metrics_file_keeps_the_runs_totals)
+{
+    char ldir[4300], f[4300];
+    snprintf(ldir, sizeof ldir, "%s/demo", dir);
+    snprintf(f, sizeof f, "%s/demo.prom", dir);
+    int st;
+    char *out = run(&st, "'%s' --set 'dstl.local.dir=%s' --set 'dstl.metrics.file=%s' demo --writers 2 --duration 2 "
+                         "--rate 300", bin(), ldir, f);
+    cr_assert_eq(st, 0, "%s", out);
+    free(out);
+    out = run(&st, "'%s' stats '%s'", bin(), f);
+    cr_assert_eq(st, 0, "%s", out);
+    const char *p = strstr(out, "dstl_appends_total");
+    cr_assert_not_null(p, "%s", out);
+    unsigned long long appends = strtoull(p + strlen("dstl_appends_total"), NULL, 10);
+    cr_expect_geq(appends, 2 * 300, "the metrics file lost the run's totals: %s", out);
+    free(out);
+}
+
+/* ---- demo: plan, bounds, early stop ---- */
+
+static int closed_port(void)
+{
+    int st;
+    char *out = run(&st, "python3 -c 'import socket;s=socket.socket();s.bind((\"127.0.0.1\",0));"
+                         "print(s.getsockname()[1]);s.close()'");
+    cr_assert_eq(st, 0, "%s", out);
+    int port = atoi(out);
+    free(out);
+    cr_assert_gt(port, 0);
+    return port;
+}
+
+/* Against a refused endpoint the demo prints its plan, opens (an outage: it warns), and stops
+ * with one message a few seconds after persists start failing, instead of printing zeros until
+ * --duration ends. */
+Test(dstl_cmd, demo_stops_early_when_every_persist_fails, .timeout = 90)
+{
+    char ldir[4300];
+    snprintf(ldir, sizeof ldir, "%s/demo", dir);
+    int port = closed_port(), st;
+    char *out = run(&st, "'%s' --set 'dstl.local.dir=%s' --set dstl.remote.uri=s3://bucket/p "
+                         "--set dstl.s3.endpoint=http://127.0.0.1:%d --set dstl.s3.path-style=true "
+                         "--set dstl.s3.access-key=AK --set dstl.s3.secret-key=SECRETVALUE demo --writers 2 "
+                         "--duration 40 --rate 100", bin(), ldir, port);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect_lt(pos(out, "dstl demo plan: 2 writers"), pos(out, " sec "), "the plan is not first:\n%s", out);
+    char ep[64];
+    snprintf(ep, sizeof ep, "remote s3://bucket/p at http://127.0.0.1:%d", port);
+    cr_expect(strstr(out, ep) != NULL, "%s", out);
+    cr_expect(strstr(out, "p99<=ms") != NULL && strstr(out, "p99 <= ") != NULL, "latencies not labelled as bounds: %s",
+              out);
+    cr_expect_eq(count(out, "stopping early"), 1, "%s", out);
+    cr_expect(strstr(out, "every persist of the last") != NULL && strstr(out, "onnect") != NULL, "%s", out);
+    cr_expect_eq(count(out, "dstl demo: writer"), 0, "one message, not one per writer: %s", out);
+    cr_expect(strstr(out, "SECRETVALUE") == NULL, "%s", out);
+    /* progress lines: far fewer than the 40 of --duration (the bound of the first failures is
+     * a few seconds, the stop window 3 s) */
+    size_t lines = count(out, "\n   ") + count(out, "\n  1") + count(out, "\n  2") + count(out, "\n  3");
+    cr_expect_lt(lines, 25, "the demo did not stop early:\n%s", out);
+    free(out);
+}
+
+/* ---- config: where credentials come from ---- */
+
+Test(dstl_cmd, config_says_where_the_credentials_come_from)
+{
+    int st;
+    char *out = run(&st, "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY HOME='%s' '%s' --set dstl.s3.access-key=AKVAL "
+                         "--set dstl.s3.secret-key=SKVAL config", dir, bin());
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect(strstr(out, "# S3 credentials: config keys dstl.s3.access-key (--set) and dstl.s3.secret-key (--set)")
+              != NULL, "%s", out);
+    cr_expect(strstr(out, "AKVAL") == NULL && strstr(out, "SKVAL") == NULL, "%s", out);
+    free(out);
+    out = run(&st, "AWS_ACCESS_KEY_ID=AKENV AWS_SECRET_ACCESS_KEY=SKENV HOME='%s' '%s' config", dir, bin());
+    cr_expect(strstr(out, "# S3 credentials: environment AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY;") != NULL, "%s",
+              out);
+    cr_expect(strstr(out, "AKENV") == NULL && strstr(out, "SKENV") == NULL, "%s", out);
+    free(out);
+    char aws[4300], cred[4400];
+    snprintf(aws, sizeof aws, "%s/.aws", dir);
+    cr_assert_eq(mkdir(aws, 0700), 0);
+    snprintf(cred, sizeof cred, "%s/credentials", aws);
+    const char *ini = "[work]\naws_access_key_id = AKFILE\naws_secret_access_key = SKFILE\n";
+    cr_assert_eq(t_write_file(cred, ini, strlen(ini)), 0);
+    out = run(&st, "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_SHARED_CREDENTIALS_FILE HOME='%s' "
+                   "AWS_PROFILE=work '%s' config", dir, bin());
+    char want[4600];
+    snprintf(want, sizeof want, "# S3 credentials: profile [work] of %s;", cred);
+    cr_expect(strstr(out, want) != NULL, "%s", out);
+    cr_expect(strstr(out, "AKFILE") == NULL && strstr(out, "SKFILE") == NULL, "%s", out);
+    free(out);
+    out = run(&st, "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_PROFILE -u AWS_SHARED_CREDENTIALS_FILE "
+                   "HOME='%s/none' '%s' config", dir, bin());
+    cr_expect(strstr(out, "# S3 credentials: none found") != NULL, "%s", out);
+    free(out);
+}
+
+Test(dstl_cmd, a_misspelt_environment_variable_is_reported)
+{
+    int st;
+    char *out = run(&st, "DSTL_BATCH_PERSIST_DELAYY=0 DSTL_UPLOAD_TIMEOUT=2s DSTL_TESTING_SOMETHING=1 '%s' config", bin());
+    cr_assert_eq(st, 0, "%s", out);
+    cr_expect_eq(count(out, "warning: environment variable"), 1, "%s", out);
+    cr_expect(strstr(out, "DSTL_BATCH_PERSIST_DELAYY is no configuration key's") != NULL &&
+              strstr(out, "did you mean DSTL_BATCH_PERSIST_DELAY") != NULL, "%s", out);
+    cr_expect(strstr(out, "# from the environment: dstl.upload.timeout (DSTL_UPLOAD_TIMEOUT)") != NULL, "%s", out);
+    free(out);
+    /* every command says it, not only config */
+    out = run(&st, "DSTL_LOCAL_DIRR=x '%s' ls '%s'", bin(), data);
+    cr_expect(strstr(out, "DSTL_LOCAL_DIRR") != NULL, "%s", out);
+    free(out);
+}

@@ -71,3 +71,29 @@ Test(dstl_install, outside_program_builds_with_pkg_config_and_runs, .timeout = 3
     t_rm_rf(tmp);
     free(tmp);
 }
+
+/* Build output is one short line per step by default (`CC dstl/histo.o`), and every command
+ * line in full with V=1. One object, in a build tree of its own. */
+Test(dstl_install, build_output_is_quiet_unless_v_1, .timeout = 300)
+{
+    char root[4096], cmd[16384];
+    snprintf(root, sizeof root, "%s/../..", t_data_dir());
+    char *tmp = t_mkdtemp("quiet");
+    for (int v = 0; v <= 1; v++) {
+        snprintf(cmd, sizeof cmd, "make -C '%s' --no-print-directory SANITIZE= BUILD='%s/b%d' V=%d '%s/b%d/obj/dstl/histo.o' "
+                 "> '%s/make%d.log' 2>&1", root, tmp, v, v, tmp, v, tmp, v);
+        cr_assert_eq(system(cmd), 0, "%s failed: see %s/make%d.log", cmd, tmp, v);
+        snprintf(cmd, sizeof cmd, "%s/make%d.log", tmp, v);
+        char *log = t_read_text(cmd);
+        cr_assert_not_null(log);
+        if (v == 0) {
+            cr_expect(strstr(log, "  CC     dstl/histo.o\n") != NULL, "no short line: %s", log);
+            cr_expect(strstr(log, "-std=c11") == NULL, "a full command line without V=1: %s", log);
+        } else {
+            cr_expect(strstr(log, "-std=c11") != NULL && strstr(log, "dstl/histo.c") != NULL, "V=1: %s", log);
+        }
+        free(log);
+    }
+    t_rm_rf(tmp);
+    free(tmp);
+}

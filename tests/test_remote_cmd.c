@@ -186,3 +186,88 @@ Test(remote_cmd, gc_dry_run_and_live_set_change_nothing_remote)
     free(lbefore);
     free(h1);
 }
+
+/* ls, verify and cat of s3://bucket/prefix (the configured endpoint and credentials) see the
+ * same segments and records as of the local dir; hh/ folders show; a corrupt object is named
+ * by its s3:// key; one object (s3://bucket/key.seg) is a set of one. */
+Test(remote_cmd, ls_verify_cat_of_an_s3_prefix)
+{
+    char d1[4300];
+    char *h1 = demo("one", d1, sizeof d1);
+    free(h1);
+    size_t segs = local_segments(d1);
+    cr_assert_gt(segs, 0);
+    int st;
+    char *lls = run(&st, "'%s' ls --bytes '%s'", t_cmd_bin(), d1);
+    cr_assert_eq(st, 0, "%s", lls);
+    char *rls = run(&st, "'%s' --config '%s' ls --bytes '%s'", t_cmd_bin(), conf, fx.uri);
+    cr_assert_eq(st, 0, "%s", rls);
+    char want[64];
+    snprintf(want, sizeof want, "\n%zu segment files", segs);
+    cr_expect(strstr(rls, want) != NULL, "%s", rls);
+    /* every local segment, with its exact size, under a hh/ folder of the prefix */
+    DIR *dd = opendir(d1);
+    cr_assert_not_null(dd);
+    struct dirent *e;
+    while ((e = readdir(dd))) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".seg")) continue;
+        char p[4600], line[400];
+        snprintf(p, sizeof p, "%s/%s", d1, e->d_name);
+        struct stat sb;
+        cr_assert_eq(stat(p, &sb), 0);
+        snprintf(line, sizeof line, "/%s  %lld B  ", e->d_name, (long long)sb.st_size);
+        cr_expect(strstr(rls, line) != NULL, "'%s' missing in\n%s", line, rls);
+    }
+    closedir(dd);
+    /* the same sections, line for line, after the name column */
+    cr_expect_eq(t_cmd_count(rls, "seqs ["), t_cmd_count(lls, "seqs ["), "%s\n---\n%s", lls, rls);
+    free(lls);
+    char *lv = run(&st, "'%s' verify '%s'", t_cmd_bin(), d1);
+    cr_assert_eq(st, 0, "%s", lv);
+    char *rv = run(&st, "'%s' --config '%s' verify '%s'", t_cmd_bin(), conf, fx.uri);
+    cr_expect_eq(st, 0, "%s", rv);
+    const char *lr = strstr(lv, " records checked"), *rr = strstr(rv, " records checked");
+    cr_assert(lr && rr, "%s\n---\n%s", lv, rv);
+    while (lr > lv && lr[-1] != ' ') lr--;
+    while (rr > rv && rr[-1] != ' ') rr--;
+    cr_expect_eq(atol(lr), atol(rr), "%s\n---\n%s", lv, rv);
+    cr_expect_gt(atol(rr), 0);
+    free(lv);
+    free(rv);
+    char *lc = run(&st, "'%s' cat '%s' 2>/dev/null", t_cmd_bin(), d1);
+    char *rc = run(&st, "'%s' --config '%s' cat '%s' 2>/dev/null", t_cmd_bin(), conf, fx.uri);
+    cr_expect_eq(st, 0);
+    cr_expect_eq(t_cmd_count(rc, "\n"), t_cmd_count(lc, "\n"));
+    cr_expect_gt(t_cmd_count(rc, "\"writer\":\"operator-00\""), 0);
+    free(lc);
+    free(rc);
+    /* one object */
+    const char *k = strstr(rls, "  ");
+    cr_assert_not_null(k);
+    k += 2;
+    char key[300];
+    snprintf(key, sizeof key, "%.*s", (int)strcspn(k, " "), k);
+    char *one = run(&st, "'%s' --config '%s' verify '%s/%s'", t_cmd_bin(), conf, fx.uri, key);
+    cr_expect_eq(st, 0, "%s", one);
+    cr_expect(strstr(one, "\n1 segment files") != NULL, "%s", one);
+    free(one);
+    free(rls);
+    /* a corrupt object is named */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/zz/ffffffffffffffff-000000000001.seg", fx.prefix);
+    s3_result r;
+    memset(&r, 0, sizeof r);
+    cr_assert_eq(s3_put_object_sync(fx.s3, fx.bucket, bad, "not a segment at all", 20, false, &r), 0, "%s", r.error);
+    rv = run(&st, "'%s' --config '%s' verify '%s'", t_cmd_bin(), conf, fx.uri);
+    cr_expect_eq(st, 1, "%s", rv);
+    char named[400];
+    snprintf(named, sizeof named, "s3://%s/%s", fx.bucket, bad);
+    cr_expect(strstr(rv, "CORRUPT") != NULL && strstr(rv, named) != NULL, "%s", rv);
+    free(rv);
+    /* a missing bucket is an error naming it */
+    rv = run(&st, "'%s' --config '%s' ls 's3://%.40s-nope/p'", t_cmd_bin(), conf, fx.bucket);
+    cr_expect_eq(st, 1, "%s", rv);
+    cr_expect(strstr(rv, "NoSuchBucket") != NULL, "%s", rv);
+    free(rv);
+}

@@ -15,6 +15,7 @@
 #include "s3/s3.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "tests/helpers_cmd.h"
 #include "tests/helpers_keys.h"
 #include "tests/helpers_remote.h"
 
@@ -87,6 +88,19 @@ static void recover_from_s3(const char *compression)
     cr_assert_eq(objects_have("payments-op", 11, &objs), 0, "a writer id in clear in an object");
     cr_assert_eq(objects_have(key, 32, &objs), 0, "key bytes in an object");
     cr_assert_eq(tk_dir_has(rdir, TK_MARK, strlen(TK_MARK), &files), 0, "a payload in clear in %s", rdir);
+
+    /* the command over the prefix: key ids always, records with the key file */
+    char conf[4300];
+    snprintf(conf, sizeof conf, "%s/s3.conf", kdir);
+    t_remote_write_conf(&fx, conf, NULL);
+    int cst;
+    char *out = t_cmd_run(kdir, &cst, "'%s' --config '%s' ls '%s'", t_cmd_bin(), conf, fx.uri);
+    cr_expect(cst == 0 && strstr(out, "NEEDS KEY 's3-key-1'"), "%s", out);
+    free(out);
+    out = t_cmd_run(kdir, &cst, "'%s' --config '%s' --set dstl.encryption.key-file='%s' verify '%s'", t_cmd_bin(), conf,
+                    kf, fx.uri);
+    cr_expect(cst == 0 && strstr(out, "keys: s3-key-1 (") && strstr(out, "records checked"), "%s", out);
+    free(out);
 
     /* a reading storage without the key file */
     c = t_remote_config(&fx, rdir, NULL);

@@ -5,6 +5,7 @@
 #define DSTL_CMD_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dstl.h"
 #include "dstl/cmd/common.h"
@@ -15,6 +16,13 @@ int cmd_cat(const cmd_globals *g, int argc, char **argv);
 int cmd_ls(const cmd_globals *g, int argc, char **argv);
 int cmd_verify(const cmd_globals *g, int argc, char **argv);
 int cmd_gc(const cmd_globals *g, int argc, char **argv);
+int cmd_stats(const cmd_globals *g, int argc, char **argv);        /* cmd_stats.c */
+int cmd_show_config(const cmd_globals *g, int argc, char **argv);  /* cmd_config.c */
+
+/* help.c: the overview (every command, one line each), and one command's help with examples
+ * (-1 for an unknown name). */
+void cmd_usage(FILE *f);
+int cmd_help(const char *name, FILE *f);
 
 /* The demo's deterministic workload, shared with the crash harness: record `seq` of writer
  * `wid` as a canonical state change. Writes into buf (cap >= CMD_RECORD_MAX); returns the

@@ -119,8 +119,23 @@ size_t cmd_workload_record(uint32_t wid, uint64_t seq, uint32_t nkg, uint8_t *bu
 
 /* ---- the run ---- */
 
+/* If every persist that completed in this many seconds failed (and some did), the demo stops:
+ * three seconds cover a few checkpoints of every writer, and a refused or unreachable endpoint
+ * fails each one within the future bound, so the demo ends a few seconds after the first
+ * failure instead of printing lines of zeros until --duration is over. */
+#define STOP_WINDOW_S 3
+
+/* What the writers share with the main thread: persist outcomes, the stop flag. */
+typedef struct {
+    _Atomic uint64_t ok, failed;  /* persists completed, by outcome */
+    atomic_int stop;              /* set by the main thread: writers end their loop */
+    pthread_mutex_t mu;
+    char last_err[600];           /* under mu: the latest failed persist's detail */
+} demo_shared;
+
 typedef struct {
     dstl_storage *s;
+    demo_shared *sh;
     uint32_t wid;
     double duration_s, rate, materialize_s;
     int ok;
@@ -144,14 +159,24 @@ static int job_fail(writer_job *j, const char *what)
     return -1;
 }
 
-/* Waits for a checkpoint's persist; the new handle subsumes (discards) the previous one. */
-static int complete_checkpoint(writer_job *j, dstl_future *f, dstl_handle **prev)
+/* Waits for a checkpoint's persist; the new handle subsumes (discards) the previous one. A
+ * failed checkpoint is counted, not fatal: its records stay in the writer and the next persist
+ * writes them again (the main thread stops the demo when every persist fails); only the last
+ * one (final) must succeed. */
+static int complete_checkpoint(writer_job *j, dstl_future *f, dstl_handle **prev, int final)
 {
     if (dstl_future_wait(f, -1) < 0) return job_fail(j, "wait");
     dstl_handle *h = NULL;
     int rc = dstl_future_result(f, &h);
     dstl_future_free(f);
-    if (rc < 0) return job_fail(j, "persist");
+    if (rc < 0) {
+        atomic_fetch_add(&j->sh->failed, 1);
+        pthread_mutex_lock(&j->sh->mu);
+        snprintf(j->sh->last_err, sizeof j->sh->last_err, "%s", dstl_last_error());
+        pthread_mutex_unlock(&j->sh->mu);
+        return final ? job_fail(j, "persist") : -1;
+    }
+    atomic_fetch_add(&j->sh->ok, 1);
     if (*prev) {
         dstl_handle_discard(j->s, *prev);
         dstl_handle_free(*prev);
@@ -177,7 +202,7 @@ static void *writer_main(void *arg)
     double t0 = now_s(), next_cp = t0 + 1, next_mat = t0 + j->materialize_s, end = t0 + j->duration_s;
     uint64_t appended = 0;
     if (dstl_append_meta(w, buf, meta_record(buf)) < 0) job_fail(j, "append meta");
-    while (j->ok && now_s() < end) {
+    while (j->ok && now_s() < end && !atomic_load(&j->sh->stop)) {
         /* append at the target rate, in bursts of 100 */
         for (int i = 0; i < 100 && j->ok; i++) {
             uint32_t kg;
@@ -187,7 +212,7 @@ static void *writer_main(void *arg)
         }
         double t = now_s();
         if (t >= next_cp && j->ok) {
-            if (pending && complete_checkpoint(j, pending, &prev) < 0) pending = NULL;
+            if (pending) complete_checkpoint(j, pending, &prev, 0);
             pending = NULL;
             if (j->ok && dstl_persist(w, j->mat, cp++, &pending) < 0) job_fail(j, "persist");
             next_cp += 1;
@@ -195,7 +220,7 @@ static void *writer_main(void *arg)
         if (t >= next_mat && j->ok) {
             /* Materialization: the state up to here is in a snapshot now. */
             uint64_t m = dstl_writer_next_seq(w);
-            if (pending && complete_checkpoint(j, pending, &prev) < 0) pending = NULL;
+            if (pending) complete_checkpoint(j, pending, &prev, 0);
             pending = NULL;
             if (j->ok && dstl_truncate(w, m) < 0) job_fail(j, "truncate");
             j->mat = m;
@@ -205,9 +230,10 @@ static void *writer_main(void *arg)
         double ahead = (double)appended / j->rate - (now_s() - t0);
         if (ahead > 0) usleep((useconds_t)(ahead * 1e6));
     }
-    if (pending && j->ok) complete_checkpoint(j, pending, &prev);
-    /* the final checkpoint: what recovery must give back */
-    if (j->ok && dstl_persist(w, j->mat, cp++, &pending) == 0) complete_checkpoint(j, pending, &prev);
+    if (pending) complete_checkpoint(j, pending, &prev, 0);
+    /* the final checkpoint: what recovery must give back (none when the demo was stopped) */
+    if (atomic_load(&j->sh->stop)) j->ok = 0;
+    else if (j->ok && dstl_persist(w, j->mat, cp++, &pending) == 0) complete_checkpoint(j, pending, &prev, 1);
     else if (j->ok) job_fail(j, "final persist");
     if (j->ok && dstl_handle_serialize(prev, &j->last, &j->last_len) < 0) job_fail(j, "serialize");
     dstl_handle_free(prev);
@@ -478,24 +504,60 @@ static int parse_args(int argc, char **argv, demo_args *a)
     return 0;
 }
 
-/* One line of counters per second while the writers run. */
-static void print_progress(dstl_storage *s, double duration)
+/* A histogram-bucket latency (an upper bound of its bucket) in ms, for "p99 <= 69.8 ms". */
+static double ms(uint64_t us) { return (double)us / 1000.0; }
+
+/* One line of counters per second while the writers run. Returns 1 when it stopped the demo
+ * early (every persist of the last STOP_WINDOW_S seconds failed), after saying so once. */
+static int print_progress(dstl_storage *s, demo_shared *sh, double duration)
 {
-    printf("%4s %10s %8s %9s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "segments/s",
-           "p50_us", "p99_us", "in_flight_B", "live_segs");
+    /* p50/p99 are bucket bounds (within 1/16 above the true value): hence "<=". */
+    printf("%4s %10s %8s %9s %8s %9s %10s %10s %12s %9s\n", "sec", "records/s", "MB/s", "persists/s", "failed/s",
+           "segments/s", "p50<=ms", "p99<=ms", "in_flight_B", "live_segs");
     dstl_stats prev = {0}, st;
+    uint64_t ok_at[STOP_WINDOW_S + 1] = {0}, failed_at[STOP_WINDOW_S + 1] = {0};
     double t0 = now_s();
     for (int sec = 1; now_s() - t0 < duration + 0.5; sec++) {
         double d = t0 + sec - now_s();
         if (d > 0) usleep((useconds_t)(d * 1e6));
         dstl_storage_stats(s, &st);
-        printf("%4d %10" PRIu64 " %8.1f %9" PRIu64 " %9" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 " %9" PRIu64 "\n",
+        printf("%4d %10" PRIu64 " %8.1f %9" PRIu64 " %8" PRIu64 " %9" PRIu64 " %10.1f %10.1f %12" PRIu64 " %9" PRIu64 "\n",
                sec, st.appends - prev.appends, (double)(st.append_bytes - prev.append_bytes) / 1e6,
-               st.persists - prev.persists, st.segments_written - prev.segments_written, st.persist_p50_us,
-               st.persist_p99_us, st.in_flight_bytes, st.segments_written - st.segments_deleted);
+               st.persists - prev.persists, st.persist_failures - prev.persist_failures,
+               st.segments_written - prev.segments_written, ms(st.persist_p50_us), ms(st.persist_p99_us),
+               st.in_flight_bytes, st.segments_written - st.segments_deleted);
         fflush(stdout);
         prev = st;
+        /* the outcomes of the last STOP_WINDOW_S seconds: a ring of the counters */
+        memmove(ok_at, ok_at + 1, STOP_WINDOW_S * sizeof ok_at[0]);
+        memmove(failed_at, failed_at + 1, STOP_WINDOW_S * sizeof failed_at[0]);
+        ok_at[STOP_WINDOW_S] = atomic_load(&sh->ok);
+        failed_at[STOP_WINDOW_S] = atomic_load(&sh->failed);
+        if (sec > STOP_WINDOW_S && ok_at[STOP_WINDOW_S] == ok_at[0] && failed_at[STOP_WINDOW_S] > failed_at[0]) {
+            atomic_store(&sh->stop, 1);
+            pthread_mutex_lock(&sh->mu);
+            fprintf(stderr, "dstl demo: stopping early: every persist of the last %d s failed (%" PRIu64 " failed, "
+                            "none succeeded); the last error: %s\n", STOP_WINDOW_S,
+                    failed_at[STOP_WINDOW_S] - failed_at[0], sh->last_err);
+            pthread_mutex_unlock(&sh->mu);
+            return 1;
+        }
     }
+    return 0;
+}
+
+/* The plan, before anything runs: what the demo will do, and where. */
+static void print_plan(const dstl_config *c, const demo_args *a)
+{
+    const char *uri = dstl_config_get(c, "dstl.remote.uri"), *ep = dstl_config_get(c, "dstl.s3.endpoint");
+    printf("dstl demo plan: %d writers x %.0f records/s for %.0f s; checkpoint (persist) every 1 s, materialize "
+           "(truncate) every %.0f s\n", a->nwriters, a->rate, a->duration, a->materialize);
+    printf("  durability %s, persist-delay %s, local dir %s\n", dstl_config_get(c, "dstl.durability"),
+           dstl_config_get(c, "dstl.batch.persist-delay"), dstl_config_get(c, "dstl.local.dir"));
+    if (*uri) printf("  remote %s at %s\n", uri, *ep ? ep : "AWS (dstl.s3.endpoint empty)");
+    else printf("  remote: none (dstl.remote.uri empty: local only)\n");
+    printf("  then: close, check what is left, recover every writer from its last handle in a fresh storage\n");
+    fflush(stdout);
 }
 
 /* Recovery through a fresh storage, as after a restart: every writer's last handle read back
@@ -504,10 +566,7 @@ static int recover_all(dstl_config *c, writer_job *jobs, int nwriters, dstl_hand
                        uint64_t *records)
 {
     dstl_storage *s = NULL;
-    if (dstl_storage_open(c, &s) < 0) {
-        fprintf(stderr, "dstl demo: reopen: %s\n", dstl_last_error());
-        return -1;
-    }
+    if (cmd_open_storage(c, "demo: reopen", &s) < 0) return -1;
     int ok = 1;
     for (int i = 0; i < nwriters; i++) {
         dstl_handle *h = NULL;
@@ -550,6 +609,30 @@ static int save_handles(dstl_config *c, const char *run, dstl_handle *const *kee
     return 0;
 }
 
+/* Runs the writers on s and prints progress; 1 when every writer ended well, 0 when one
+ * failed (each says why), -1 when the demo stopped early (one message: print_progress). */
+static int run_writers(dstl_storage *s, const demo_args *a, writer_job *jobs)
+{
+    demo_shared sh = {0};
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_t *th = calloc((size_t)a->nwriters, sizeof *th);
+    int ok = th != NULL;
+    for (int i = 0; ok && i < a->nwriters; i++) {
+        jobs[i] = (writer_job){.s = s, .sh = &sh, .wid = (uint32_t)i, .duration_s = a->duration, .rate = a->rate,
+                               .materialize_s = a->materialize, .ok = 1};
+        pthread_create(&th[i], NULL, writer_main, &jobs[i]);
+    }
+    int stopped = ok ? print_progress(s, &sh, a->duration) : 0;
+    for (int i = 0; th && i < a->nwriters; i++) {
+        pthread_join(th[i], NULL);
+        if (!jobs[i].ok && !stopped) fprintf(stderr, "dstl demo: %s\n", jobs[i].err);
+        if (!jobs[i].ok) ok = 0;
+    }
+    free(th);
+    pthread_mutex_destroy(&sh.mu);
+    return stopped ? -1 : ok;
+}
+
 int cmd_demo(const cmd_globals *g, int argc, char **argv)
 {
     demo_args a;
@@ -558,39 +641,23 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
     int nwriters = a.nwriters;
     dstl_config *c = cmd_config(g, NULL);
     if (!c) return 1;
+    print_plan(c, &a);
     dstl_storage *s = NULL;
-    if (dstl_storage_open(c, &s) < 0) {
-        fprintf(stderr, "dstl demo: %s\n", dstl_last_error());
+    if (cmd_open_storage(c, "demo", &s) < 0) {
         dstl_config_free(c);
         return 1;
     }
     char run[64];
     snprintf(run, sizeof run, "%s", storage_run_id(s));
-    printf("dstl demo: run %s, %d writers, %.0f s, %.0f records/s each, local dir %s, durability %s, persist-delay %s\n",
-           run, nwriters, a.duration, a.rate, dstl_config_get(c, "dstl.local.dir"), dstl_config_get(c, "dstl.durability"),
-           dstl_config_get(c, "dstl.batch.persist-delay"));
+    printf("dstl demo: run %s\n", run);
     writer_job *jobs = calloc((size_t)nwriters, sizeof *jobs);
-    pthread_t *th = calloc((size_t)nwriters, sizeof *th);
-    for (int i = 0; i < nwriters; i++) {
-        jobs[i] = (writer_job){.s = s, .wid = (uint32_t)i, .duration_s = a.duration, .rate = a.rate,
-                               .materialize_s = a.materialize, .ok = 1};
-        pthread_create(&th[i], NULL, writer_main, &jobs[i]);
-    }
-    print_progress(s, a.duration);
-    int ok = 1;
-    for (int i = 0; i < nwriters; i++) {
-        pthread_join(th[i], NULL);
-        if (!jobs[i].ok) {
-            fprintf(stderr, "dstl demo: %s\n", jobs[i].err);
-            ok = 0;
-        }
-    }
+    int ran = jobs ? run_writers(s, &a, jobs) : 0, ok = ran == 1;
     dstl_stats st;
     dstl_storage_stats(s, &st);
     printf("total: %" PRIu64 " records, %.1f MB, %" PRIu64 " persists (%" PRIu64 " failed), %" PRIu64
-           " segments, %" PRIu64 " deleted, persist p50 %" PRIu64 " us p99 %" PRIu64 " us max %" PRIu64 " us\n",
+           " segments, %" PRIu64 " deleted, persist p50 <= %.1f ms, p99 <= %.1f ms, max %.1f ms\n",
            st.appends, (double)st.append_bytes / 1e6, st.persists, st.persist_failures, st.segments_written,
-           st.segments_deleted, st.persist_p50_us, st.persist_p99_us, st.persist_max_us);
+           st.segments_deleted, ms(st.persist_p50_us), ms(st.persist_p99_us), ms(st.persist_max_us));
     if (dstl_storage_close(s) < 0) {
         fprintf(stderr, "dstl demo: close: %s\n", dstl_last_error());
         ok = 0;
@@ -601,15 +668,18 @@ int cmd_demo(const cmd_globals *g, int argc, char **argv)
     uint64_t records = 0;
     dstl_handle **keep = calloc((size_t)nwriters, sizeof *keep);
     size_t nkeep = 0;
+    /* The recovery storage only reads: it must not replace the run's metrics file (its final
+     * totals, written at close) with its own zeros. */
+    if (ok && dstl_config_set(c, "dstl.metrics.file", "") < 0) ok = 0;
     if (ok && recover_all(c, jobs, nwriters, keep, &nkeep, &records) < 0) ok = 0;
     if (ok && nkeep && save_handles(c, run, keep, nkeep) < 0) ok = 0;
     for (size_t i = 0; i < nkeep; i++) dstl_handle_free(keep[i]);
     free(keep);
-    printf("recovery: %d writers, %" PRIu64 " records read back and checked: %s\n", nwriters, records,
-           ok ? "OK" : "FAILED");
-    for (int i = 0; i < nwriters; i++) free(jobs[i].last);
+    if (ran < 0) printf("recovery: not checked: the demo stopped early (above)\n");
+    else printf("recovery: %d writers, %" PRIu64 " records read back and checked: %s\n", nwriters, records,
+                ok ? "OK" : "FAILED");
+    for (int i = 0; jobs && i < nwriters; i++) free(jobs[i].last);
     free(jobs);
-    free(th);
     dstl_config_free(c);
     return ok ? 0 : 1;
 }

@@ -1,5 +1,7 @@
 /*
- * dstl/cmd/cmd_tools.c — `dstl cat`, `ls`, `verify`, `gc`: looking at and cleaning a local dir.
+ * dstl/cmd/cmd_tools.c — `dstl cat`, `ls`, `verify`: looking at segments, in a local dir (and
+ * its sub-folders) or under an s3://bucket/prefix (the set: cmd_source.h), and at what a
+ * handle file covers.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -7,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "dstl/cmd/cmd.h"
+#include "dstl/cmd/cmd_source.h"
 #include "dstl/tools.h"
 
 /* ---- JSON output ---- */
@@ -40,9 +42,17 @@ static const char *op_name(int op)
     return op >= 1 && op <= 6 ? names[op] : "?";
 }
 
-static void print_record(const dstl_record *r)
+/* One record as a JSON line; seg/writer, when not NULL, lead it (records of a segment). */
+static void print_record(const dstl_record *r, const char *seg, const char *writer)
 {
-    printf("{\"seq\":%" PRIu64 ",", r->seq);
+    putchar('{');
+    if (seg) {
+        json_bytes("segment", seg, strlen(seg));
+        putchar(',');
+        json_bytes("writer", writer, strlen(writer));
+        putchar(',');
+    }
+    printf("\"seq\":%" PRIu64 ",", r->seq);
     if (r->is_meta) printf("\"meta\":true,");
     else printf("\"key_group\":%u,", r->key_group);
     wire_state_change sc;
@@ -81,65 +91,22 @@ static int parse_range(const char *s, uint32_t *a, uint32_t *b)
     return 0;
 }
 
-int cmd_cat(const cmd_globals *g, int argc, char **argv)
-{
-    const char *file = NULL, *dir = NULL;
-    uint32_t kgf = 0, kgl = UINT32_MAX;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--key-groups") && i + 1 < argc) {
-            if (parse_range(argv[++i], &kgf, &kgl) < 0) {
-                fprintf(stderr, "dstl cat: --key-groups %s: expected A-B with A <= B\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
-            dir = argv[++i];
-        } else if (!file && argv[i][0] != '-') {
-            file = argv[i];
-        } else {
-            fprintf(stderr, "usage: dstl cat HANDLE_FILE [--dir LOCAL_DIR] [--key-groups A-B]\n");
-            return 2;
-        }
-    }
-    if (!file) {
-        fprintf(stderr, "usage: dstl cat HANDLE_FILE [--dir LOCAL_DIR] [--key-groups A-B]\n");
-        return 2;
-    }
-    dstl_handle *h = cmd_read_handle(file);
-    if (!h) return 1;
-    dstl_config *c = cmd_config(g, dir);
-    dstl_storage *s = NULL;
-    if (!c || dstl_storage_open(c, &s) < 0) {
-        if (c) fprintf(stderr, "dstl cat: %s\n", dstl_last_error());
-        dstl_handle_free(h);
-        dstl_config_free(c);
-        return 1;
-    }
-    dstl_reader *r = NULL;
-    int rc = dstl_reader_open(s, h, kgf, kgl, &r);
-    dstl_record rec;
-    while (rc == 0 && (rc = dstl_reader_next(r, &rec)) == 1) {
-        print_record(&rec);
-        rc = 0;
-    }
-    if (rc < 0) fprintf(stderr, "dstl cat %s: %s\n", file, dstl_last_error());
-    dstl_reader_close(r);
-    dstl_handle_free(h);
-    dstl_storage_close(s);
-    dstl_config_free(c);
-    return rc < 0 ? 1 : 0;
-}
+/* ---- the segments of a source: ls, verify, cat ---- */
 
-/* ---- ls / verify ---- */
+typedef enum { SCAN_LS, SCAN_VERIFY, SCAN_CAT } scan_mode;
 
-#define SCAN_KEY_IDS 64
+#define SCAN_KEY_IDS 64   /* distinct key ids counted (more are listed per segment only) */
 
 typedef struct {
-    const char *dir;
-    int verify;
-    int64_t now_ms;
+    scan_mode mode;
+    int exact;                   /* --bytes */
+    uint32_t kg_first, kg_last;  /* cat --key-groups */
+    cmd_source *src;
     uint64_t files, bad, empty, records, bytes;
-    const wire_keyring *keys;           /* the configured key file's, or NULL */
-    uint64_t need_key;                  /* encrypted segments whose key the file lacks */
+    const char *run;             /* ls: the run whose header was printed last */
+    keyring *ring;               /* the configured key file's keys, or NULL */
+    const wire_keyring *keys;
+    uint64_t need_key;           /* encrypted segments whose key the file lacks */
     struct { char id[WIRE_KEY_ID_MAX + 1]; uint64_t segments; int missing; } ids[SCAN_KEY_IDS];
     size_t nids;
 } scan_ctx;
@@ -156,6 +123,13 @@ static void segment_key_id(const uint8_t *buf, uint64_t size, char id[WIRE_KEY_I
         id[0] = 0;
 }
 
+static int key_listed(const wire_keyring *k, const char *id)
+{
+    for (size_t i = 0; k && i < k->nkeys; i++)
+        if (!strcmp(k->keys[i].id, id)) return 1;
+    return 0;
+}
+
 /* Counts a segment under its key id; missing: the key file lacks it. */
 static void count_key(scan_ctx *c, const char *id, int missing)
 {
@@ -169,38 +143,63 @@ static void count_key(scan_ctx *c, const char *id, int missing)
     c->ids[i].missing |= missing;
 }
 
-static int key_listed(const wire_keyring *k, const char *id)
+static int cmp_key_id(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+
+/* The keys the segments need, sorted: each id, its segment count, and whether the file lacks
+ * it — so an operator knows when an old key can be retired. */
+static void print_keys(scan_ctx *c, FILE *out)
 {
-    for (size_t i = 0; k && i < k->nkeys; i++)
-        if (!strcmp(k->keys[i].id, id)) return 1;
+    if (!c->nids) return;
+    qsort(c->ids, c->nids, sizeof c->ids[0], cmp_key_id);   /* the id is the entry's first field */
+    fprintf(out, "keys:");
+    for (size_t i = 0; i < c->nids; i++)
+        fprintf(out, " %s (%" PRIu64 " segment%s%s)", c->ids[i].id, c->ids[i].segments,
+                c->ids[i].segments == 1 ? "" : "s", c->ids[i].missing ? ", NOT IN THE KEY FILE" : "");
+    fprintf(out, "\n");
+    if (c->need_key)
+        fprintf(out, "%" PRIu64 " segment(s) need a key the key file lacks: keep that key until they are deleted\n",
+                c->need_key);
+    else if (c->mode == SCAN_VERIFY && c->keys)
+        fprintf(out, "every encrypted segment opens with the key file; a key it lists that no segment names above "
+                "can be retired (after every other dir and prefix using it is checked too)\n");
+}
+
+/* The key file of the configuration (dstl.encryption.key-file, also from --config, --set and
+ * DSTL_ENCRYPTION_KEY_FILE) into c; 1 on an error (printed). */
+static int load_keys(const cmd_globals *g, const char *cmd, scan_ctx *c)
+{
+    dstl_config *cfg = cmd_config(g, NULL);
+    if (!cfg) return 1;
+    const char *kf = dstl_config_get(cfg, "dstl.encryption.key-file");
+    int rc = kf && *kf ? keyring_load(kf, &c->ring) : 0;
+    dstl_config_free(cfg);
+    if (rc < 0) {
+        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+        return 1;
+    }
+    c->keys = c->ring ? keyring_wire(c->ring) : NULL;
     return 0;
 }
 
-static void *read_whole(const char *dir, const char *name, uint64_t size)
-{
-    void *buf = malloc(size ? size : 1);
-    if (!buf) return NULL;
-    ssize_t n = segstore_read_at(dir, name, 0, buf, size);
-    if (n < 0 || (uint64_t)n != size) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
-/* Iterates every record of every section (each CRC checked); returns records or < 0. */
-static long check_all(const wire_index *ix, const uint8_t *buf, wire_err *e)
+/* Iterates every record of every section (each CRC checked); cat prints those in the key
+ * groups asked. Returns the records iterated, or < 0. */
+static long each_record(scan_ctx *c, const cmd_seg *sg, const wire_index *ix, const uint8_t *buf, wire_err *e)
 {
     long n = 0;
     for (size_t i = 0; i < wire_index_nsections(ix); i++) {
         const wire_section_info *sec = wire_index_section(ix, i);
+        uint32_t lo = c->mode == SCAN_CAT ? c->kg_first : 0, hi = c->mode == SCAN_CAT ? c->kg_last : UINT32_MAX;
         wire_iter *it = NULL;
-        int rc = wire_iter_open(sec, buf + sec->offset, 0, sec->stored_len, sec->seq_first, sec->seq_end, 0,
-                                UINT32_MAX, &it, e);
+        int rc = wire_iter_open(sec, buf + sec->offset, 0, sec->stored_len, sec->seq_first, sec->seq_end, lo, hi, &it,
+                                e);
         wire_record r;
         while (rc == 0 && (rc = wire_iter_next(it, &r, e)) == 1) {
             n++;
             rc = 0;
+            if (c->mode != SCAN_CAT) continue;
+            dstl_record rec = {.seq = r.seq, .key_group = r.key_group, .is_meta = r.is_meta, .data = r.data,
+                               .len = r.len};
+            print_record(&rec, sg->rel, sec->writer_id);
         }
         wire_iter_free(it);
         if (rc < 0) return rc;
@@ -208,244 +207,197 @@ static long check_all(const wire_index *ix, const uint8_t *buf, wire_err *e)
     return n;
 }
 
-static int scan_one(void *arg, const char *name, uint64_t size, int64_t mtime_ms)
+static void ls_segment(scan_ctx *c, const cmd_seg *sg, const wire_index *ix, const char *kid)
 {
-    scan_ctx *c = arg;
-    c->files++;
-    if (size == 0) {
-        c->empty++;
-        printf("%s  0 B  empty (a reserved name never written: an orphan for gc)\n", name);
-        return 0;
+    char size[32], age[64], ssize[32];
+    cmd_fmt_size(sg->size, c->exact, size, sizeof size);
+    cmd_fmt_age(cmd_source_now_ms(c->src), sg->mtime_ms, age, sizeof age);
+    if (!c->run || strcmp(c->run, sg->run) != 0) {
+        printf("run %s\n", *sg->run ? sg->run : "(name not of a run)");
+        c->run = sg->run;
     }
-    uint8_t *buf = read_whole(c->dir, name, size);
-    if (!buf) {
+    size_t ns = wire_index_nsections(ix);
+    printf("  %s  %s  %s  %zu section%s  key %s\n", sg->rel, size, age, ns, ns == 1 ? "" : "s",
+           *kid ? kid : "- (plain)");
+    for (size_t i = 0; i < ns; i++) {
+        const wire_section_info *sec = wire_index_section(ix, i);
+        cmd_fmt_size(sec->stored_len, c->exact, ssize, sizeof ssize);
+        printf("      %-24s seqs [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " records  key groups %u-%u  %s\n",
+               sec->writer_id, sec->seq_first, sec->seq_end, sec->nrec, sec->kg_first, sec->kg_last, ssize);
+    }
+}
+
+static void scan_one(scan_ctx *c, const cmd_seg *sg)
+{
+    char size[32], why[1024];
+    cmd_fmt_size(sg->size, c->exact, size, sizeof size);
+    c->files++;
+    /* cat prints records on stdout: what is wrong goes to stderr there */
+    FILE *note = c->mode == SCAN_CAT ? stderr : stdout;
+    if (sg->size == 0) {
+        c->empty++;
+        if (c->mode != SCAN_CAT)
+            fprintf(note, "  %s  0 B  empty (a reserved name never written: an orphan for gc)\n", sg->rel);
+        return;
+    }
+    uint8_t *buf = NULL;
+    if (cmd_source_read(c->src, sg, &buf, why, sizeof why) < 0) {
         c->bad++;
-        printf("%s  %" PRIu64 " B  UNREADABLE: %s\n", name, size, dstl_last_error());
-        return 0;
+        fprintf(note, "  %s  %s  UNREADABLE: %s\n", sg->rel, size, why);
+        return;
     }
     wire_index *ix = NULL;
     wire_err e = {{0}};
     char kid[WIRE_KEY_ID_MAX + 1];
-    segment_key_id(buf, size, kid);
-    int rc = wire_segment_open_keyed(buf, size, c->keys, &ix, &e);
+    segment_key_id(buf, sg->size, kid);
+    int rc = wire_segment_open_keyed(buf, sg->size, c->keys, &ix, &e);
     long recs = 0;
-    if (rc == 0 && c->verify) recs = check_all(ix, buf, &e);
-    if (*kid) count_key(c, kid, rc == DSTL_ECRYPTO && !key_listed(c->keys, kid));
-    if (rc == DSTL_ECRYPTO && *kid && !key_listed(c->keys, kid)) {
+    if (rc == 0 && c->mode != SCAN_LS) recs = each_record(c, sg, ix, buf, &e);
+    int lacks = rc == DSTL_ECRYPTO && *kid && !key_listed(c->keys, kid);
+    if (*kid) count_key(c, kid, lacks);
+    if (lacks) {
         /* not damage: a key the operator must keep (or a key file to configure) */
         c->need_key++;
-        printf("%s  %" PRIu64 " B  NEEDS KEY '%s': %s\n", name, size, kid,
-               c->keys ? "the key file does not list it" : "no dstl.encryption.key-file is configured");
+        fprintf(note, "  %s  %s  NEEDS KEY '%s': %s\n", sg->rel, size, kid,
+                c->keys ? "the key file does not list it" : "no dstl.encryption.key-file is configured");
     } else if (rc < 0 || recs < 0) {
         c->bad++;
-        printf("%s  %" PRIu64 " B  CORRUPT: %s\n", name, size, e.msg);
+        cmd_source_where(c->src, sg, why, sizeof why);
+        fprintf(note, "  %s  %s  CORRUPT: %s (%s)\n", sg->rel, size, e.msg, why);
     } else {
-        c->bytes += size;
-        size_t ns = wire_index_nsections(ix);
-        if (c->verify) {
-            c->records += (uint64_t)recs;
-            printf("%s  %" PRIu64 " B  ok: %zu sections, %ld records%s%s%s\n", name, size, ns, recs,
+        c->bytes += sg->size;
+        c->records += (uint64_t)recs;
+        if (c->mode == SCAN_LS) ls_segment(c, sg, ix, kid);
+        else if (c->mode == SCAN_VERIFY)
+            printf("  %s  %s  ok: %zu sections, %ld records%s%s%s\n", sg->rel, size, wire_index_nsections(ix), recs,
                    *kid ? ", key '" : "", kid, *kid ? "'" : "");
-        } else {
-            printf("%s  %" PRIu64 " B  age %.1f s  %zu sections  key %s\n", name, size,
-                   (double)(c->now_ms - mtime_ms) / 1000.0, ns, *kid ? kid : "- (plain)");
-            for (size_t i = 0; i < ns; i++) {
-                const wire_section_info *sec = wire_index_section(ix, i);
-                printf("    %-24s seqs [%" PRIu64 ", %" PRIu64 ")  %" PRIu64 " records  key groups %u-%u  %" PRIu64 " B\n",
-                       sec->writer_id, sec->seq_first, sec->seq_end, sec->nrec, sec->kg_first, sec->kg_last,
-                       sec->stored_len);
-            }
-        }
     }
     wire_index_free(ix);
     free(buf);
-    return 0;
 }
 
-/* The key file of the configuration (dstl.encryption.key-file, also from --config, --set and
- * DSTL_ENCRYPTION_KEY_FILE): 0 with *out NULL when none is set, 1 on an error (printed). */
-static int load_keys(const cmd_globals *g, const char *cmd, keyring **out)
+/* Scans every segment of the source at arg; prints the summary (ls, verify). Exit status. */
+static int scan(const cmd_globals *g, const char *cmd, const char *arg, scan_ctx *c)
 {
-    *out = NULL;
-    dstl_config *c = cmd_config(g, NULL);
-    if (!c) return 1;
-    const char *kf = dstl_config_get(c, "dstl.encryption.key-file");
-    int rc = kf && *kf ? keyring_load(kf, out) : 0;
-    dstl_config_free(c);
-    if (rc < 0) {
-        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+    if (load_keys(g, cmd, c)) return 1;
+    if (cmd_source_open(g, cmd, arg, &c->src) < 0) {
+        keyring_unref(c->ring);
         return 1;
     }
-    return 0;
+    for (size_t i = 0; i < cmd_source_count(c->src); i++) scan_one(c, cmd_source_seg(c->src, i));
+    char total[32];
+    cmd_fmt_size(c->bytes, c->exact, total, sizeof total);
+    FILE *sum = c->mode == SCAN_CAT ? stderr : stdout;
+    if (c->mode != SCAN_CAT || c->bad) {
+        fprintf(sum, "%" PRIu64 " segment files, %s", c->files, total);
+        if (c->mode != SCAN_LS) fprintf(sum, ", %" PRIu64 " records %s", c->records, c->mode == SCAN_CAT ? "printed" : "checked");
+        fprintf(sum, ", %" PRIu64 " empty, %" PRIu64 " corrupt\n", c->empty, c->bad);
+    }
+    print_keys(c, sum);
+    cmd_source_free(c->src);
+    keyring_unref(c->ring);
+    return c->mode != SCAN_LS && (c->bad || c->need_key) ? 1 : 0;
 }
 
-static int cmp_key_id(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
-
-/* The keys the segments need, sorted: each id, its segment count, and whether the file lacks it. */
-static void print_keys(scan_ctx *c)
+/* ls/verify [--bytes] (DIR | FILE.seg | s3://bucket/prefix). */
+static int scan_command(const cmd_globals *g, int argc, char **argv, scan_mode mode)
 {
-    if (!c->nids) return;
-    qsort(c->ids, c->nids, sizeof c->ids[0], cmp_key_id);   /* the id is the entry's first field */
-    printf("keys:");
-    for (size_t i = 0; i < c->nids; i++)
-        printf(" %s (%" PRIu64 " segment%s%s)", c->ids[i].id, c->ids[i].segments, c->ids[i].segments == 1 ? "" : "s",
-               c->ids[i].missing ? ", NOT IN THE KEY FILE" : "");
-    printf("\n");
-    if (c->need_key)
-        printf("%" PRIu64 " segment(s) need a key the key file lacks: keep that key until they are deleted\n",
-               c->need_key);
-    else if (c->verify && c->keys)
-        printf("every encrypted segment opens with the key file; a key it lists that no segment names above can be "
-               "retired (after every other dir and prefix using it is checked too)\n");
-}
-
-static int scan_dir(const cmd_globals *g, int argc, char **argv, int verify)
-{
-    const char *cmd = verify ? "verify" : "ls";
-    if (argc != 2) {
-        fprintf(stderr, "usage: dstl %s DIR\n", cmd);
+    const char *cmd = mode == SCAN_LS ? "ls" : "verify", *arg = NULL;
+    scan_ctx c = {.mode = mode};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bytes")) c.exact = 1;
+        else if (!arg && argv[i][0] != '-') arg = argv[i];
+        else arg = NULL, i = argc;
+    }
+    if (!arg) {
+        fprintf(stderr, "usage: dstl %s [--bytes] (DIR | s3://bucket/prefix)   (dstl %s --help)\n", cmd, cmd);
         return 2;
     }
-    keyring *k;
-    if (load_keys(g, cmd, &k)) return 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    scan_ctx *c = calloc(1, sizeof *c);
-    if (!c) {
-        keyring_unref(k);
-        fprintf(stderr, "dstl %s: out of memory\n", cmd);
-        return 1;
-    }
-    *c = (scan_ctx){.dir = argv[1], .verify = verify, .now_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
-                    .keys = k ? keyring_wire(k) : NULL};
-    int rc = segstore_list(argv[1], scan_one, c);
-    if (rc < 0) {
-        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
-    } else {
-        printf("%" PRIu64 " segment files, %" PRIu64 " B", c->files, c->bytes);
-        if (verify) printf(", %" PRIu64 " records checked", c->records);
-        printf(", %" PRIu64 " empty, %" PRIu64 " corrupt\n", c->empty, c->bad);
-        print_keys(c);
-        rc = verify && (c->bad || c->need_key);
-    }
-    keyring_unref(k);
-    free(c);
-    return rc < 0 ? 1 : rc;
+    return scan(g, cmd, arg, &c);
 }
 
-int cmd_ls(const cmd_globals *g, int argc, char **argv)
+int cmd_ls(const cmd_globals *g, int argc, char **argv) { return scan_command(g, argc, argv, SCAN_LS); }
+
+int cmd_verify(const cmd_globals *g, int argc, char **argv) { return scan_command(g, argc, argv, SCAN_VERIFY); }
+
+/* ---- cat ---- */
+
+/* Whether cat's argument names segments (a dir, a .seg file, an s3:// location) rather than a
+ * handle file. */
+static int names_segments(const char *arg)
 {
-    return scan_dir(g, argc, argv, 0);
-}
-
-int cmd_verify(const cmd_globals *g, int argc, char **argv)
-{
-    return scan_dir(g, argc, argv, 1);
-}
-
-/* ---- gc ---- */
-
-/* Segments younger than this are kept unless --min-age says otherwise: an hour is far longer
- * than any upload, batch or checkpoint takes, so a segment another process is still writing,
- * or whose handle is not yet in any checkpoint (so in no live set), is never touched. */
-#define GC_DEFAULT_MIN_AGE "1h"
-
-static const char gc_usage[] =
-    "usage: dstl gc DIR (--live HANDLE_FILE... | --no-live-handles) [--min-age D] [--dry-run]\n"
-    "  --live             the live set: every handle of every storage that shares DIR or its remote prefix\n"
-    "  --no-live-handles  there is none: every segment of a dead run older than --min-age is deleted\n"
-    "  --min-age D        keep segments younger than D (default " GC_DEFAULT_MIN_AGE ")\n"
-    "  --dry-run          count only: nothing is created, changed or deleted, locally or remotely\n";
-
-int cmd_gc(const cmd_globals *g, int argc, char **argv)
-{
-    const char *dir = NULL, *min_age = GC_DEFAULT_MIN_AGE;
-    uint64_t min_age_us = 0;
-    int dry = 0, no_live = 0, live_flag = 0, in_live = 0, rc = 0;
-    dstl_handle **live = calloc((size_t)argc, sizeof *live);
-    size_t nlive = 0;
-    if (!live) {
-        fprintf(stderr, "dstl gc: out of memory\n");
-        return 1;
-    }
-    for (int i = 1; i < argc && rc == 0; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--dry-run")) {
-            dry = 1;
-            in_live = 0;
-        } else if (!strcmp(a, "--no-live-handles")) {
-            no_live = 1;
-            in_live = 0;
-        } else if (!strcmp(a, "--min-age") && i + 1 < argc) {
-            min_age = argv[++i];
-            in_live = 0;
-        } else if (!strcmp(a, "--live")) {
-            live_flag = in_live = 1;
-        } else if (in_live && a[0] != '-') {
-            /* A handle that cannot be read is an error, never a smaller live set. */
-            if (!(live[nlive++] = cmd_read_handle(a))) rc = 1;
-        } else if (!dir && a[0] != '-') {
-            dir = a;
-        } else {
-            fprintf(stderr, "dstl gc: unexpected argument '%s'\n%s", a, gc_usage);
-            rc = 2;
-        }
-    }
-    if (rc == 0 && config_parse_duration_us(min_age, &min_age_us) < 0) {
-        fprintf(stderr, "dstl gc: --min-age %s: expected a duration such as 10min or 1h\n", min_age);
-        rc = 2;
-    }
-    if (rc == 0 && !dir) {
-        fprintf(stderr, "dstl gc: no DIR given\n%s", gc_usage);
-        rc = 2;
-    }
-    if (rc == 0 && no_live && live_flag) {
-        fprintf(stderr, "dstl gc: --live and --no-live-handles contradict each other: give one\n");
-        rc = 2;
-    }
-    if (rc == 0 && !no_live && nlive == 0) {
-        fprintf(stderr,
-                "dstl gc: refusing to run without a live set%s: every segment no live handle references would be "
-                "deleted, including the segments of every checkpoint still needed for recovery.\n"
-                "Give --live HANDLE_FILE... with every handle of every storage that shares %s or its remote prefix, "
-                "or --no-live-handles if there is none: then every segment of a dead run older than --min-age (%s) "
-                "is deleted.\n",
-                live_flag ? " (--live named no handle file)" : "", dir, min_age);
-        rc = 2;
-    }
-    /* Opening a storage creates a missing dir: check first, so a typo creates nothing. */
     struct stat st;
-    if (rc == 0 && stat(dir, &st) < 0) {
-        fprintf(stderr, "dstl gc: %s: %s (nothing was created or deleted)\n", dir, strerror(errno));
-        rc = 1;
-    } else if (rc == 0 && !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "dstl gc: %s: not a directory\n", dir);
-        rc = 1;
-    }
-    dstl_config *c = rc == 0 ? cmd_config(g, dir) : NULL;
-    if (rc == 0 && !c) rc = 1;
+    size_t n = strlen(arg), k = strlen(SEGSTORE_SUFFIX);
+    return cmd_source_is_remote(arg) || (stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) ||
+           (n > k && !strcmp(arg + n - k, SEGSTORE_SUFFIX));
+}
+
+/* A handle's records, read through a storage (local copy, cache, S3: include/dstl.h). */
+static int cat_handle(const cmd_globals *g, const char *file, const char *dir, uint32_t kgf, uint32_t kgl)
+{
+    dstl_handle *h = cmd_read_handle(file);
+    if (!h) return 1;
+    dstl_config *c = cmd_config(g, dir);
     dstl_storage *s = NULL;
-    if (rc == 0 && dstl_storage_open(c, &s) < 0) {
-        fprintf(stderr, "dstl gc: %s\n", dstl_last_error());
-        rc = 1;
+    if (!c || cmd_open_storage(c, "cat", &s) < 0) {
+        dstl_handle_free(h);
+        dstl_config_free(c);
+        return 1;
     }
-    dstl_gc_report rep;
-    if (rc == 0 && dstl_gc(s, (const dstl_handle *const *)live, nlive, min_age_us / 1000, dry, &rep) < 0) {
-        fprintf(stderr, "dstl gc: %s\n", dstl_last_error());
-        rc = 1;
+    dstl_reader *r = NULL;
+    int rc = dstl_reader_open(s, h, kgf, kgl, &r);
+    dstl_record rec;
+    while (rc == 0 && (rc = dstl_reader_next(r, &rec)) == 1) {
+        print_record(&rec, NULL, NULL);
+        rc = 0;
     }
-    if (rc == 0) {
-        const char *remote = dstl_config_get(c, "dstl.remote.uri");
-        printf("dstl gc %s%s%s: %zu live handle(s), min-age %s%s\n", dir, *remote ? " and " : "", remote, nlive,
-               min_age, dry ? ", dry run: nothing was changed" : "");
-        printf("%" PRIu64 " scanned, %" PRIu64 " %s (%" PRIu64 " B), %" PRIu64 " kept live, %" PRIu64
-               " kept young, %" PRIu64 " kept for running storages\n",
-               rep.scanned, rep.deleted, dry ? "would be deleted" : "deleted", rep.bytes_deleted, rep.kept_live,
-               rep.kept_young, rep.kept_running);
-    }
+    if (rc < 0) fprintf(stderr, "dstl cat %s: %s\n", file, dstl_last_error());
+    dstl_reader_close(r);
+    dstl_handle_free(h);
     dstl_storage_close(s);
     dstl_config_free(c);
-    for (size_t i = 0; i < nlive; i++) dstl_handle_free(live[i]);
-    free(live);
-    return rc;
+    return rc < 0 ? 1 : 0;
+}
+
+/* The records of every segment of a source (a dir, a .seg file, an s3:// location). */
+static int cat_segments(const cmd_globals *g, const char *arg, uint32_t kgf, uint32_t kgl)
+{
+    scan_ctx c = {.mode = SCAN_CAT, .kg_first = kgf, .kg_last = kgl};
+    return scan(g, "cat", arg, &c);
+}
+
+static const char cat_usage[] =
+    "usage: dstl cat HANDLE_FILE [--dir LOCAL_DIR] [--key-groups A-B]\n"
+    "       dstl cat (DIR | FILE.seg | s3://bucket/prefix | s3://bucket/key.seg) [--key-groups A-B]\n"
+    "       (dstl cat --help)\n";
+
+int cmd_cat(const cmd_globals *g, int argc, char **argv)
+{
+    const char *file = NULL, *dir = NULL;
+    uint32_t kgf = 0, kgl = UINT32_MAX;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--key-groups") && i + 1 < argc) {
+            if (parse_range(argv[++i], &kgf, &kgl) < 0) {
+                fprintf(stderr, "dstl cat: --key-groups %s: expected A-B with A <= B\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--dir") && i + 1 < argc) {
+            dir = argv[++i];
+        } else if (!file && argv[i][0] != '-') {
+            file = argv[i];
+        } else {
+            fprintf(stderr, "dstl cat: unexpected argument '%s'\n%s", argv[i], cat_usage);
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "%s", cat_usage);
+        return 2;
+    }
+    if (!names_segments(file)) return cat_handle(g, file, dir, kgf, kgl);
+    if (dir) {
+        fprintf(stderr, "dstl cat: --dir goes with a handle file; %s names segments already\n", file);
+        return 2;
+    }
+    return cat_segments(g, file, kgf, kgl);
 }

@@ -28,6 +28,17 @@ static void bad_set_argument(int n, const char *arg)
                         "may hold a secret)\n", n);
 }
 
+static void unknown_env(void *ctx, const char *var, const char *nearest)
+{
+    (void)ctx;
+    char env[128];
+    config_env_name(nearest, env, sizeof env);
+    fprintf(stderr, "dstl: warning: environment variable %s is no configuration key's and is ignored (did you mean "
+                    "%s, of key %s?)\n", var, env, nearest);
+}
+
+void cmd_check_env(void) { config_unknown_env(unknown_env, NULL); }
+
 dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
 {
     dstl_config *c = NULL;
@@ -62,6 +73,17 @@ dstl_config *cmd_config(const cmd_globals *g, const char *local_dir)
         return NULL;
     }
     return c;
+}
+
+int cmd_open_storage(const dstl_config *c, const char *cmd, dstl_storage **out)
+{
+    if (dstl_storage_open(c, out) < 0) {
+        fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+        return -1;
+    }
+    /* a remote that did not answer the open-time check: opened, and said so */
+    if (*dstl_last_error()) fprintf(stderr, "dstl %s: %s\n", cmd, dstl_last_error());
+    return 0;
 }
 
 dstl_handle *cmd_read_handle(const char *path)

@@ -31,6 +31,7 @@
 
 #include "dstl/clock.h"
 #include "dstl/err.h"
+#include "dstl/future.h"
 #include "dstl/handle.h"
 #include "dstl/local/segstore.h"
 #include "dstl/metrics.h"
@@ -386,8 +387,14 @@ static void *pipeline_main(void *arg)
             reserve_ahead(&loop);
         if (has_deletes) run_deletes(s);
         if (flush_due(&loop, closing, now_ns())) batch_flush(&loop);
+        /* The callbacks of the futures this turn completed: no lock is held here, so they may
+         * persist again (include/dstl.h, dstl_future_on_done). */
+        future_run_callbacks();
         if (closing && drained(&loop)) break;
     }
+    future_run_callbacks();
+    /* The run's final totals, so the file does not stop up to a second short of them. */
+    if (*s->conf.metrics_file) metrics_write_file(s);
     pool_free(&loop.pool);
     return NULL;
 }

@@ -97,7 +97,8 @@ int remote_lease_parse(const remote_loc *loc, const char *key, char *run_id, siz
     return 0;
 }
 
-int remote_client_new(const config_values *cv, s3_client **out)
+/* The client options of the dstl.s3.* and dstl.upload.* keys. */
+static s3_opts client_opts(const config_values *cv)
 {
     s3_opts o = {
         .endpoint = *cv->s3_endpoint ? cv->s3_endpoint : NULL,
@@ -116,6 +117,18 @@ int remote_client_new(const config_values *cv, s3_client **out)
         .verify_writes = cv->s3_verify_writes == CFG_VERIFY_READ_BACK ? S3_VERIFY_READ_BACK : S3_VERIFY_AUTO,
         .crc32c = wire_crc32c,
     };
+    return o;
+}
+
+int remote_credentials_source(const config_values *cv, char *buf, size_t cap)
+{
+    s3_opts o = client_opts(cv);
+    return s3_credentials_source(&o, buf, cap);
+}
+
+int remote_client_new(const config_values *cv, s3_client **out)
+{
+    s3_opts o = client_opts(cv);
     s3_result r;
     memset(&r, 0, sizeof r);
     int rc = s3_client_new(&o, out, &r);

@@ -52,4 +52,18 @@ void remote_lease_prefix(const remote_loc *loc, char *buf, size_t cap);
  * client's error with a detail naming the endpoint (credentials never appear). */
 int remote_client_new(const config_values *cv, s3_client **out);
 
+/* Where such a client takes its credentials from (s3_credentials_source): "options" when the
+ * dstl.s3.access-key/secret-key keys are set, the AWS_* environment, or a profile of the
+ * credentials file; never a value. 0, or -ENOENT with buf saying where it looked. */
+int remote_credentials_source(const config_values *cv, char *buf, size_t cap);
+
+/* The open-time check of a remote storage (check.c): one ListObjectsV2 of at most one key
+ * under loc's prefix, on a client of its own, cancelled after bound_ms. Returns 0 when the
+ * server answered; -ENOENT (404 NoSuchBucket) or -EACCES (403 SignatureDoesNotMatch,
+ * InvalidAccessKeyId) with a detail naming s3://bucket/prefix when the answer settles that
+ * the storage cannot work; 1 with warn[] filled ("warning: ...") for anything else (no answer
+ * in time, refused connections, 5xx, AccessDenied): an outage, the storage opens anyway.
+ * Blocking (at most bound_ms plus one loop turn); creates nothing. */
+int remote_check(const config_values *cv, const remote_loc *loc, uint64_t bound_ms, char *warn, size_t cap);
+
 #endif
