@@ -83,6 +83,17 @@ dstl_handle *t_persist(dstl_writer *w, uint64_t from, uint64_t cp)
     return h;
 }
 
+int t_persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out)
+{
+    dstl_future *f = NULL;
+    int rc = dstl_persist(w, from, cp, &f);
+    if (rc < 0) return rc;
+    cr_assert_eq(dstl_future_wait(f, 20000), 0);
+    rc = dstl_future_result(f, out);
+    dstl_future_free(f);
+    return rc;
+}
+
 long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_first, uint32_t nkg,
               uint32_t kgf, uint32_t kgl, size_t max_len)
 {

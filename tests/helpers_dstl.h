@@ -23,6 +23,9 @@ dstl_config *t_config(const char *dir, ...);
 uint64_t t_append_n(dstl_writer *w, uint32_t wid, uint64_t n, uint32_t kg_first, uint32_t nkg, size_t max_len);
 /* persist + wait + result; asserts success. */
 dstl_handle *t_persist(dstl_writer *w, uint64_t from, uint64_t cp);
+/* persist + wait (asserted, 20 s); returns the persist's or the future's result, the handle
+ * in *out on success: for tests that expect a persist to fail. */
+int t_persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out);
 /* Reads h with [kgf, kgl] and checks every record against its payload (stream wid) and that the
  * seqs are exactly those in [from, to) whose key group (kg_first + seq % nkg) is in range.
  * Returns the number of records read, or a negative error. */

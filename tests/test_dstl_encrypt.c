@@ -277,17 +277,6 @@ Test(dstl_encrypt, wrong_key_missing_key_file_and_tampered_bytes_are_named_error
 
 /* ---- a failed batch retried into a new segment; a plain segment in an encrypted one's place ---- */
 
-static int persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out)
-{
-    dstl_future *f = NULL;
-    int rc = dstl_persist(w, from, cp, &f);
-    if (rc < 0) return rc;
-    cr_assert_eq(dstl_future_wait(f, 20000), 0);
-    rc = dstl_future_result(f, out);
-    dstl_future_free(f);
-    return rc;
-}
-
 Test(dstl_encrypt, a_failed_batch_is_sealed_anew_in_the_segment_it_is_retried_into)
 {
     char *dir = t_mkdtemp("enc-retry");
@@ -304,8 +293,8 @@ Test(dstl_encrypt, a_failed_batch_is_sealed_anew_in_the_segment_it_is_retried_in
     uint64_t end = tk_append(w, "f", 0, 100, NKG);
     cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
     dstl_handle *h = NULL;
-    cr_assert_eq(persist_result(w, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
-    cr_assert_eq(persist_result(w, 0, 2, &h), 0, "%s", dstl_last_error());
+    cr_assert_eq(t_persist_result(w, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
+    cr_assert_eq(t_persist_result(w, 0, 2, &h), 0, "%s", dstl_last_error());
     char seg[1024], kid[WIRE_KEY_ID_MAX + 1];
     handle_segment(dir, h, seg, sizeof seg, kid);
     cr_assert_str_eq(kid, "k");

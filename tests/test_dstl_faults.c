@@ -46,18 +46,6 @@ static dstl_storage *open_faulty(const char *engine)
     return s;
 }
 
-/* persist + wait; returns the future's result (handle in *out on success). */
-static int persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **out)
-{
-    dstl_future *f = NULL;
-    int rc = dstl_persist(w, from, cp, &f);
-    if (rc < 0) return rc;
-    cr_assert_eq(dstl_future_wait(f, 20000), 0);
-    rc = dstl_future_result(f, out);
-    dstl_future_free(f);
-    return rc;
-}
-
 static void enospc_then_retry(const char *engine)
 {
     dstl_storage *s = open_faulty(engine);
@@ -68,12 +56,12 @@ static void enospc_then_retry(const char *engine)
     t_append_n(w, 1, 200, 0, 8, 500);
     cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
     dstl_handle *h = NULL;
-    int rc = persist_result(w, 0, 2, &h);
+    int rc = t_persist_result(w, 0, 2, &h);
     cr_expect_eq(rc, -ENOSPC, "got %d: %s", rc, dstl_last_error());
     cr_expect(strstr(dstl_last_error(), ".seg") != NULL, "detail names no segment: %s", dstl_last_error());
     /* the acknowledged handle is intact, and the same range goes through on the next try */
     cr_expect_eq(t_verify(s, h1, 1, 0, 8, 0, 7, 500), 200);
-    cr_assert_eq(persist_result(w, 0, 3, &h), 0, "%s", dstl_last_error());
+    cr_assert_eq(t_persist_result(w, 0, 3, &h), 0, "%s", dstl_last_error());
     cr_expect_eq(dstl_handle_to_seq(h), 400);
     cr_expect_eq(t_verify(s, h, 1, 0, 8, 0, 7, 500), 400);
     dstl_stats st;
@@ -99,10 +87,10 @@ static void fail_stop(int kind, const char *engine)
     t_append_n(w, 2, 100, 0, 8, 300);
     cr_assert_eq(ioeng_fault_add(fault, kind, ioeng_fault_seen(fault, kind) + 1, -EIO), 0);
     dstl_handle *h = NULL;
-    cr_expect_eq(persist_result(w, 0, 2, &h), -EIO, "%s", dstl_last_error());
+    cr_expect_eq(t_persist_result(w, 0, 2, &h), -EIO, "%s", dstl_last_error());
     /* fail-stop: no later persist writes anything, none pretends to succeed */
     t_append_n(w, 2, 10, 0, 8, 300);
-    int rc = persist_result(w, 0, 3, &h);
+    int rc = t_persist_result(w, 0, 3, &h);
     cr_expect_eq(rc, -EIO, "a persist after an fdatasync failure returned %d", rc);
     cr_expect(strstr(dstl_last_error(), "fail") != NULL, "%s", dstl_last_error());
     /* what was acknowledged before stays readable */
