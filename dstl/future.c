@@ -11,14 +11,20 @@
  * section holds one until its section ends; a completion waiting for its callback holds one
  * until the callback returned. The last one frees the future.
  *
- * Callbacks (dstl_future_on_done). A future completes with s->mu held, where no callback
- * may run (it may call dstl_persist, which takes s->mu). So complete() only queues a future
- * whose callback is registered on the completing thread's `deferred` list (a reference held),
- * and that thread runs the list once it holds no lock: the pipeline after every loop turn
- * (future_run_callbacks). A future completes on the pipeline thread, or inside its own
- * dstl_persist (nothing to wait for), before anyone could register a callback on it. A
- * callback registered on a future already done runs at once, in dstl_future_on_done. Either
- * way exactly once: the check of `done` and of the callback happen under the future's mutex.
+ * Completion in two steps. A future completes with s->mu held (its handle is built and made
+ * live there), but it becomes done — its waiters woken, its callback queued — only in
+ * future_signal_completed, which the completing thread calls once it holds no lock: the
+ * pipeline right after the steps of a turn that end batches and at the end of every turn,
+ * dstl_persist after it unlocks.
+ *
+ * Callbacks (dstl_future_on_done). No callback may run under s->mu (it may call
+ * dstl_persist, which takes it). So signalling only queues a future whose callback is
+ * registered on the signalling thread's `deferred` list (a reference held), and that thread
+ * runs the list (future_run_callbacks) at the end of the pipeline's turn. A future completes
+ * on the pipeline thread, or inside its own dstl_persist (nothing to wait for), before anyone
+ * could register a callback on it. A callback registered on a future already done runs at
+ * once, in dstl_future_on_done. Either way exactly once: the check of `done` and of the
+ * callback happen under the future's mutex.
  * While a callback runs, the thread-local `in_callback` makes every DSTL call that would block
  * return instead (future_in_callback).
  */
@@ -57,6 +63,7 @@ struct dstl_future {
     void *cb_arg;
     int cb_set;                 /* a callback was registered (only one may be) */
     dstl_future *deferred_next; /* on the completing thread's list, waiting for cb */
+    dstl_future *signal_next;   /* on the completing thread's list, to be signalled */
     char errmsg[512];
     dstl_handle *handle;
 
@@ -211,26 +218,48 @@ static int build_handle(dstl_future *f, wire_handle **out)
     return 0;
 }
 
-/* Futures completed on this thread whose callback is still to run (each holds a reference). */
+/* Futures completed on this thread and not yet signalled (each holds a reference). */
+static _Thread_local dstl_future *to_signal;
+/* Futures signalled on this thread whose callback is still to run (each holds a reference). */
 static _Thread_local dstl_future *deferred;
 /* Nonzero while this thread runs a callback. */
 static _Thread_local int in_callback;
 
 int future_in_callback(void) { return in_callback; }
 
+/* The result is set now (s->mu held); `done` and the wake-up wait for future_signal_completed,
+ * which the completing thread calls once it holds no lock. A waiter woken under s->mu would
+ * block at once on it (its next DSTL call takes it) while the pipeline ends the rest of the
+ * batch: with 64 committers that convoy was most of the futex traffic of a group commit. */
 static void complete(dstl_future *f, int err, dstl_handle *h)
 {
     pthread_mutex_lock(&f->mu);
     f->err = err;
     f->handle = h;
-    f->done = 1;
-    pthread_cond_broadcast(&f->done_cv);
-    if (f->cb) {
-        f->refs++;              /* the queued callback's */
-        f->deferred_next = deferred;
-        deferred = f;
-    }
+    f->refs++;                  /* to_signal's */
+    f->signal_next = to_signal;
+    to_signal = f;
     pthread_mutex_unlock(&f->mu);
+}
+
+void future_signal_completed(void)
+{
+    while (to_signal) {
+        dstl_future *f = to_signal;
+        to_signal = f->signal_next;
+        pthread_mutex_lock(&f->mu);
+        f->done = 1;
+        if (f->cb) {
+            f->refs++;          /* the queued callback's */
+            f->deferred_next = deferred;
+            deferred = f;
+        }
+        pthread_mutex_unlock(&f->mu);
+        /* after the unlock, so the woken waiter finds the mutex free; to_signal's reference
+         * keeps f valid though the waiter may free it as soon as it sees done */
+        pthread_cond_broadcast(&f->done_cv);
+        future_unref(f);
+    }
 }
 
 static void run_callback(dstl_future *f, dstl_future_fn fn, void *arg)
@@ -243,6 +272,7 @@ static void run_callback(dstl_future *f, dstl_future_fn fn, void *arg)
 
 void future_run_callbacks(void)
 {
+    future_signal_completed();
     /* Each list is taken whole, so futures that complete while callbacks run (none do on
      * this thread: the pipeline completes futures in its turn, not in a callback) wait for
      * the next round. */

@@ -14,7 +14,8 @@
  *      reference.
  *   3. The future completes — once — when the build has ended and no piece is outstanding:
  *      it builds its handle, makes it live in the registry (the pins become the handle's
- *      references) or drops the pins on failure, and wakes dstl_future_wait.
+ *      references) or drops the pins on failure; once the completing thread has let go of
+ *      s->mu, future_signal_completed makes it done and wakes dstl_future_wait.
  * Waiting, dstl_future_done/result/free: any thread (the future's own mutex; lock order is
  * s->mu, then the future's).
  *   4. A completion with a callback (dstl_future_on_done) is queued on the completing thread,
@@ -63,8 +64,13 @@ void future_build_end(dstl_future *f, int err, uint64_t size);
 void future_section_ended(future_waitlist *wl, int res, const char *detail, run_segment *g, uint32_t sec_index,
                           const wire_section_loc *loc);
 
-/* Runs the callbacks of the futures this thread completed (future.c's thread-local list).
- * Call with no lock held: the pipeline after each loop turn, dstl_persist after it unlocks. */
+/* Makes the futures this thread completed done and wakes their waiters (future.c's
+ * thread-local list): call with no lock held, as soon as possible after the lock under which
+ * they completed is released — the pipeline after every step that ends batches, dstl_persist
+ * after it unlocks. Until then they are not done (dstl_future_done says 0). */
+void future_signal_completed(void);
+/* future_signal_completed, then the callbacks of the futures this thread signalled. Call with
+ * no lock held: the pipeline after each loop turn. */
 void future_run_callbacks(void);
 
 /* Nonzero while the calling thread runs a future callback: DSTL calls that would block

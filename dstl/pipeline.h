@@ -43,6 +43,9 @@ typedef struct pipeline_shared {
     uint64_t in_flight_bytes;
     uint64_t flush_need;
     struct admit_waiter *adm_head;
+    /* The loop was kicked and has not taken the queue since: a further kick needs no eventfd
+     * write (pipeline_kick). Cleared by the loop when it takes the queue. */
+    int kicked;
 } pipeline_shared;
 
 /* Starts / stops (after flushing everything queued) the pipeline thread. */
@@ -50,6 +53,13 @@ int pipeline_start(dstl_storage *s);
 void pipeline_stop(dstl_storage *s);
 /* Makes the loop run a turn (any thread, no lock needed). */
 void pipeline_wake(dstl_storage *s);
+/* Asks for a loop turn (s->mu held): 1 when the caller must pipeline_wake after unlocking,
+ * 0 when an earlier kick is still pending (the loop has not taken the queue since, so it
+ * will see whatever the caller queued). Under group commit every persist kicks; only the
+ * first after each turn costs a syscall and a wakeup. */
+int pipeline_kick(dstl_storage *s);
+/* pipeline_kick when segments wait to be deleted, else 0 (s->mu held). */
+int pipeline_kick_deletes(dstl_storage *s);
 /* Queues a range for writing (s->mu held); the caller wakes the pipeline after unlocking.
  * The range's rec_bytes + enc_reserve were charged to in_flight_bytes at admission. */
 int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r);

@@ -72,7 +72,11 @@ int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_s
         goto fail;
     }
     if ((rc = new_run_id(s->run_id, sizeof s->run_id)) < 0) goto fail;
-    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&s->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
     chunk_pool_init(&s->chunks);
     pthread_cond_init(&s->room_cv, NULL);
     pthread_cond_init(&s->range_cv, NULL);
@@ -193,8 +197,9 @@ int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
     if (!s || !h) return err_fail(-EINVAL, "dstl_handle_discard: NULL argument");
     pthread_mutex_lock(&s->mu);
     int rc = reg_live_discard(&s->locked.reg, h->wh);
+    int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
-    pipeline_wake(s);           /* deletions, if any */
+    if (wake) pipeline_wake(s);
     return rc;
 }
 

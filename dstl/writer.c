@@ -218,8 +218,9 @@ int dstl_writer_close(dstl_writer *w)
     s->locked.nwriters--;
     s->locked.stats.appends_closed += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
     s->locked.stats.append_bytes_closed += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
+    int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
-    pipeline_wake(s);                        /* deletions, if any */
+    if (wake) pipeline_wake(s);
     for (chunk *c = w->head, *next; c; c = next) {
         next = c->next;
         chunk_put(&s->chunks, c);
@@ -371,9 +372,10 @@ static int preempt(dstl_writer *w)
     dstl_storage *s = w->s;
     pthread_mutex_lock(&s->mu);
     int rc = send_ranges(w, 0);
+    int wake = rc > 0 && pipeline_kick(s);
     chunks_release(w);
     pthread_mutex_unlock(&s->mu);
-    if (rc > 0) pipeline_wake(s);
+    if (wake) pipeline_wake(s);
     return rc < 0 ? rc : 0;
 }
 
@@ -484,7 +486,7 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
         return err_fail(DSTL_ETRUNCATED, "writer %s: persist from %llu is below the truncation point %llu",
                         w->id, (unsigned long long)from_seq, (unsigned long long)w->trunc_seq);
     }
-    int rc = send_ranges(w, from_seq);
+    int rc = send_ranges(w, from_seq), queued = rc;
     dstl_future *f = rc < 0 ? NULL : future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
     if (rc >= 0 && !f) rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
     if (rc < 0) {
@@ -506,8 +508,10 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
     s->locked.stats.persists++;
     future_build_end(f, rc < 0 ? rc : 0, known ? size : UINT64_MAX);
     chunks_release(w);
+    int wake = queued > 0 && pipeline_kick(s);
     pthread_mutex_unlock(&s->mu);
-    pipeline_wake(s);
+    future_signal_completed();          /* f, when nothing was left to wait for */
+    if (wake) pipeline_wake(s);
     *out = f;
     return 0;
 }
@@ -565,7 +569,8 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
         if (w->sent_seq < to_seq) skip_unsent(w, to_seq);
         chunks_release(w);
     }
+    int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
-    pipeline_wake(s);
+    if (wake) pipeline_wake(s);
     return 0;
 }

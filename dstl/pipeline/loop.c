@@ -67,6 +67,15 @@ void pipeline_wake(dstl_storage *s)
     (void)n;                    /* EAGAIN: the counter is already non-zero, the loop will run */
 }
 
+int pipeline_kick(dstl_storage *s)
+{
+    if (s->locked.pipe.kicked) return 0;
+    s->locked.pipe.kicked = 1;
+    return 1;
+}
+
+int pipeline_kick_deletes(dstl_storage *s) { return s->locked.reg.delete_head ? pipeline_kick(s) : 0; }
+
 int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
 {
     pipeline_section *b = calloc(1, sizeof *b);
@@ -321,6 +330,8 @@ static int take_queue(pipeline_loop *loop, int *has_deletes)
 {
     dstl_storage *s = loop->s;
     pthread_mutex_lock(&s->mu);
+    /* Whatever is queued from here on kicks again (it is not taken in this turn). */
+    s->locked.pipe.kicked = 0;
     int closing = s->locked.pipe.closing;
     if (s->locked.pipe.q_head && !loop->open && (loop->open = calloc(1, sizeof *loop->open))) {
         loop->open->s = s;
@@ -370,6 +381,9 @@ static void *pipeline_main(void *arg)
     while (wait_for_work(&loop) == 0) {
         segstore_poll(s->store);
         if (s->loop.s3) remote_tick(&loop);
+        /* Waiters of the batches these steps ended wake now, before this turn encodes the
+         * next segment: their next persists then ride in the segment after it. */
+        future_signal_completed();
         batch_reap(&loop);
         if (*s->conf.metrics_file && now_ns() >= s->loop.metrics_due_ns) {
             metrics_write_file(s);
