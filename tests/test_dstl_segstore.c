@@ -270,6 +270,59 @@ Test(dstl_segstore, reserved_names_need_no_directory_fsync_on_write)
     }
 }
 
+Test(dstl_segstore, recycled_files_hold_only_the_new_segment)
+{
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        segstore *s = open_store(engines[k], NULL, 0);
+        unsigned first = (unsigned)k * 100;
+        /* segments of every length in seg_len's range, then each recycled into a later name
+         * and a shorter or longer segment written there: the file is that segment alone */
+        struct outcome o[N_SEGS] = {0}, o2[N_SEGS] = {0};
+        write_segments(s, first, N_SEGS, o);
+        char old[64], name[64];
+        for (unsigned i = 0; i < N_SEGS; i++) {
+            snprintf(old, sizeof old, "seg-%u.seg", first + i);
+            snprintf(name, sizeof name, "seg-%u.seg", first + 50 + (N_SEGS - 1 - i));
+            cr_assert_eq(segstore_recycle(s, old, name), 0, "%s: %s", engines[k], dstl_last_error());
+            cr_assert(!file_exists(old), "%s: %s still there", engines[k], old);
+        }
+        settle(s);
+        struct segstore_stats before, after;
+        segstore_stats(s, &before);
+        cr_assert_eq(before.recycles, N_SEGS);
+        cr_assert_eq(before.reserved, N_SEGS);
+        write_segments(s, first + 50, N_SEGS, o2);
+        segstore_stats(s, &after);
+        for (unsigned i = 0; i < N_SEGS; i++) {
+            cr_assert_eq(o2[i].res, 0, "%s", o2[i].detail);
+            snprintf(old, sizeof old, "seg-%u.seg", first + i);
+            cr_assert(!file_exists(old), "%s: %s came back", engines[k], old);
+        }
+        for (unsigned i = 0; i < N_SEGS; i++) expect_written(first + 50 + i, i);
+        cr_assert_eq(after.reserved_hits - before.reserved_hits, N_SEGS);
+        cr_assert_eq(after.creates, before.creates, "%s: a recycled name was created anew", engines[k]);
+        segstore_close(s);
+    }
+}
+
+Test(dstl_segstore, recycle_refuses_reservations_missing_files_and_taken_names)
+{
+    segstore *s = open_store("io_uring", NULL, 0);
+    struct outcome o[2] = {0};
+    write_segments(s, 0, 2, o);
+    cr_assert_eq(segstore_reserve(s, "r.seg"), 0);
+    cr_assert_eq(segstore_recycle(s, "r.seg", "x.seg"), -EINVAL, "a reservation recycled");
+    cr_assert_eq(segstore_recycle(s, "missing.seg", "y.seg"), -ENOENT);
+    cr_assert(strstr(dstl_last_error(), "missing.seg"), "%s", dstl_last_error());
+    /* a name on disk is never replaced: seg-1 keeps its bytes */
+    cr_assert_eq(segstore_recycle(s, "seg-0.seg", "seg-1.seg"), -EEXIST);
+    cr_assert(strstr(dstl_last_error(), "seg-0.seg"), "%s", dstl_last_error());
+    expect_written(1, 1);
+    cr_assert_eq(segstore_recycle(s, "seg-0.seg", "r.seg"), -EEXIST, "recycled onto a reservation");
+    cr_assert_eq(segstore_recycle(s, "seg-0.seg", "../z.seg"), -EINVAL);
+    segstore_close(s);
+}
+
 Test(dstl_segstore, reserve_rejects_duplicates_bad_names_and_a_full_pool)
 {
     segstore *s = open_store("psync", NULL, 0);

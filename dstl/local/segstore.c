@@ -431,7 +431,8 @@ static struct seg_reserved *find_reserved(segstore *s, const char *name)
     return NULL;
 }
 
-int segstore_reserve(segstore *s, const char *name)
+/* The checks every reservation makes; 0 or an error naming name. */
+static int reserve_check(segstore *s, const char *name)
 {
     int rc = segfile_check_name("reserve", name);
     if (rc < 0) return rc;
@@ -441,18 +442,62 @@ int segstore_reserve(segstore *s, const char *name)
     if (s->n_reserved == SEGSTORE_RESERVE_MAX)
         return err_fail(-EAGAIN, "reserve %s/%s: %u names reserved already", s->dir, name,
                         SEGSTORE_RESERVE_MAX);
-    if ((rc = owner_lock(s)) < 0) return rc;
+    return owner_lock(s);
+}
+
+/* Keeps fd, open on the new name, as a reservation and joins the next directory fsync. */
+static void reserve_add(segstore *s, const char *name, int fd)
+{
+    struct seg_reserved *r = &s->reserved[s->n_reserved++];
+    r->fd = fd;
+    strcpy(r->name, name);
+    r->dir_gen = dir_entry_added(s);
+    submit(s);
+}
+
+int segstore_reserve(segstore *s, const char *name)
+{
+    int rc = reserve_check(s, name);
+    if (rc < 0) return rc;
     int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return err_fail(-errno, "reserve %s/%s: %s", s->dir, name, strerror(errno));
     /* DURABILITY: the empty file exists in the page cache only; dir_entry_added starts the
      * directory fsync that makes its name durable. A crash leaves no file or an empty one
      * (an orphan for gc); nothing refers to it yet. */
-    struct seg_reserved *r = &s->reserved[s->n_reserved++];
-    r->fd = fd;
-    strcpy(r->name, name);
-    r->dir_gen = dir_entry_added(s);
+    reserve_add(s, name, fd);
     s->st.creates++;
-    submit(s);
+    return 0;
+}
+
+int segstore_recycle(segstore *s, const char *old_name, const char *name)
+{
+    int rc = segfile_check_name("recycle", old_name);
+    if (rc < 0 || (rc = reserve_check(s, name)) < 0) return rc;
+    if (find_reserved(s, old_name))
+        return err_fail(-EINVAL, "recycle %s/%s: it is a reservation, not a deleted segment", s->dir, old_name);
+    int fd = openat(s->dir_fd, old_name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return err_fail(-errno, "recycle %s/%s: %s", s->dir, old_name, strerror(errno));
+    if (ftruncate(fd, 0) < 0) {
+        rc = err_fail(-errno, "recycle %s/%s: truncate: %s", s->dir, old_name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    /* RENAME_NOREPLACE: a file already named `name` is never lost to a recycled one. */
+    if (renameat2(s->dir_fd, old_name, s->dir_fd, name, RENAME_NOREPLACE) < 0) {
+        rc = err_fail(-errno, "recycle %s/%s as %s: %s", s->dir, old_name, name, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    /* DURABILITY: like a creation: the new name (and the old one's removal) becomes durable
+     * with the directory fsync dir_entry_added starts, before any write into it is
+     * acknowledged. The truncate is not synced: a crash may leave the reserved name holding
+     * the deleted segment's bytes (or a prefix), or bring back the old name. Neither is
+     * referenced by any handle (the old segment was deleted because nothing referenced it, the
+     * new name is not acknowledged yet); the header's segment number tells a stale file from
+     * its name, and gc removes both as orphans. A write into the name makes its own bytes and
+     * size durable with its fdatasync, as in a created file. */
+    reserve_add(s, name, fd);
+    s->st.recycles++;
     return 0;
 }
 

@@ -98,6 +98,15 @@ int segstore_event_fd(const segstore *s);
  * treat a 0-byte segment as never written). */
 int segstore_reserve(segstore *s, const char *name);
 
+/* Reserves name by recycling the file of a deleted segment, old_name (not reserved, not being
+ * written, no longer referenced): truncated to 0 and renamed to name, with no inode to
+ * allocate — on ext4 without a journal, creating one inode per segment while as many are
+ * deleted cost a sixth of all CPU of 64 committers (ext4's recently_deleted scan). Returns 0
+ * (name is reserved, old_name gone); the errors of segstore_reserve; -ENOENT... naming
+ * old_name, which is then left as it was unless the truncate went through (the caller
+ * unlinks it). Durability as segstore_reserve's. Pipeline thread only. */
+int segstore_recycle(segstore *s, const char *old_name, const char *name);
+
 /* Writes buf[0, len) as the new segment dir/name (the reserved file if name was reserved, else
  * created with O_CREAT|O_EXCL, mode 0644), fdatasyncs it, makes its directory entry durable,
  * then calls cb(ctx, 0, "") from segstore_poll — or cb(ctx, -errno, detail) on failure: -EEXIST
@@ -123,6 +132,7 @@ struct segstore_stats {
     uint64_t writes_failed;   /* callbacks with an error                                      */
     uint64_t bytes_ok;        /* bytes of acknowledged segments                               */
     uint64_t creates;         /* files created (by writes and by reservations)                */
+    uint64_t recycles;        /* reservations made from a deleted segment's file              */
     uint64_t reserved_hits;   /* writes into a reserved file (no directory fsync on their path)*/
     uint64_t dir_fsyncs;      /* directory fsyncs issued                                      */
     unsigned reserved;        /* names reserved now                                           */

@@ -130,12 +130,34 @@ static void on_remote_deleted(void *ctx, const s3_result *r)
     free(d);
 }
 
+/* Removes the local file of a deleted segment: recycled into the next name to reserve while
+ * fewer than RESERVE_HIGH are reserved ahead (no inode to create for that segment, none to
+ * free for this one), else unlinked. 0 or -ENOENT when it is gone, else -errno. */
+static int remove_local(pipeline_loop *loop, const char *name, uint64_t next)
+{
+    dstl_storage *s = loop->s;
+    if (loop->reserved_upto && loop->reserved_upto < next) loop->reserved_upto = next;
+    if (loop->reserved_upto && loop->reserved_upto < next + RESERVE_HIGH) {
+        char to[64];
+        segment_name_format(s->run_id, loop->reserved_upto, to, sizeof to);
+        if (segstore_recycle(s->store, name, to) == 0) {
+            loop->reserved_upto++;
+            return 0;
+        }
+    }
+    /* DURABILITY: the unlink becomes durable with the store's next directory fsync; a crash
+     * before it may bring the file back as an orphan that dstl gc removes. */
+    return segstore_unlink(s->store, name);
+}
+
 /* Deletes segments nobody references any more (their counts reached zero under s->mu):
  * the local file now, the remote objects in DeleteObjects batches. A segment whose upload
  * still runs waits for it, so its object cannot appear after its deletion. */
-static void run_deletes(dstl_storage *s)
+static void run_deletes(pipeline_loop *loop)
 {
+    dstl_storage *s = loop->s;
     pthread_mutex_lock(&s->mu);
+    uint64_t next_no = s->locked.reg.next_seg_no;
     run_segment *list = s->locked.reg.delete_head, *later = NULL;
     s->locked.reg.delete_head = NULL;
     pthread_mutex_unlock(&s->mu);
@@ -148,9 +170,7 @@ static void run_deletes(dstl_storage *s)
             later = g;
             continue;
         }
-        /* DURABILITY: the unlink becomes durable with the store's next directory fsync; a
-         * crash before it may bring the file back as an orphan that dstl gc removes. */
-        int rc = segstore_unlink(s->store, g->name);
+        int rc = remove_local(loop, g->name, next_no);
         if (g->has_remote) {
             if (!d && (d = calloc(1, sizeof *d))) d->s = s;
             char key[640], **k = d ? realloc(d->keys, (d->n + 1) * sizeof *d->keys) : NULL;
@@ -399,7 +419,7 @@ static void *pipeline_main(void *arg)
         else if (loop.reserved_upto && ((!loop.open && local_writes_in_flight(s) == 0) ||
                                         loop.reserved_upto < s->locked.reg.next_seg_no + 2))
             reserve_ahead(&loop);
-        if (has_deletes) run_deletes(s);
+        if (has_deletes) run_deletes(&loop);
         if (flush_due(&loop, closing, now_ns())) batch_flush(&loop);
         /* The callbacks of the futures this turn completed: no lock is held here, so they may
          * persist again (include/dstl.h, dstl_future_on_done). */
