@@ -114,6 +114,18 @@ Test(dstl_cmd, ls_and_verify_report_segments)
     free(out);
 }
 
+/* A file whose segment is not the one its name says — what a crash can leave of a deleted
+ * segment's file recycled for a reservation — fails verify by name. */
+Test(dstl_cmd, verify_fails_a_segment_under_another_segments_name)
+{
+    int st;
+    char *out = run(&st, "f=$(ls '%s'/*.seg | head -1); cp \"$f\" \"${f%%-*}-000000000777.seg\"; '%s' verify '%s'",
+                    data, bin(), data);
+    cr_expect_eq(st, 1, "%s", out);
+    cr_expect(strstr(out, "-000000000777.seg") && strstr(out, "MISNAMED") && strstr(out, "holds segment"), "%s", out);
+    free(out);
+}
+
 Test(dstl_cmd, bad_config_names_the_key)
 {
     int st;

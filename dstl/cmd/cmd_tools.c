@@ -12,6 +12,7 @@
 
 #include "dstl/cmd/cmd.h"
 #include "dstl/cmd/cmd_source.h"
+#include "dstl/handle.h"
 #include "dstl/tools.h"
 
 /* ---- JSON output ---- */
@@ -227,6 +228,23 @@ static void ls_segment(scan_ctx *c, const cmd_seg *sg, const wire_index *ix, con
     }
 }
 
+/* When the segment in the file is not the one its name says (run id and number): a file
+ * recycled for a reservation (dstl/local/segstore.c) still holding a deleted segment's bytes
+ * after a crash, or a copy under the wrong name. Writes why and returns 1, else 0. */
+static int misnamed(const cmd_seg *sg, const wire_index *ix, char *why, size_t cap)
+{
+    const char *base = strrchr(sg->rel, '/');
+    base = base ? base + 1 : sg->rel;
+    char run[64];
+    uint64_t no;
+    if (segment_name_parse(base, run, sizeof run, &no) < 0) return 0;   /* not a name of that shape */
+    if (no == wire_index_segment_no(ix) && strcmp(run, wire_index_run_id(ix)) == 0) return 0;
+    snprintf(why, cap, "holds segment %" PRIu64 " of run %s, not the one its name says (a file recycled for a "
+             "reservation and left so by a crash, or a copy: unreferenced, an orphan for gc)",
+             wire_index_segment_no(ix), wire_index_run_id(ix));
+    return 1;
+}
+
 static void scan_one(scan_ctx *c, const cmd_seg *sg)
 {
     char size[32], why[1024];
@@ -264,6 +282,9 @@ static void scan_one(scan_ctx *c, const cmd_seg *sg)
         c->bad++;
         cmd_source_where(c->src, sg, why, sizeof why);
         fprintf(note, "  %s  %s  CORRUPT: %s (%s)\n", sg->rel, size, e.msg, why);
+    } else if (misnamed(sg, ix, why, sizeof why)) {
+        c->bad++;
+        fprintf(note, "  %s  %s  MISNAMED: %s\n", sg->rel, size, why);
     } else {
         c->bytes += sg->size;
         c->records += (uint64_t)recs;
