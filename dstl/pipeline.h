@@ -42,6 +42,10 @@ typedef struct pipeline_shared {
      * its ranges reserved waits with flush_need, ahead of them. */
     uint64_t in_flight_bytes;
     uint64_t flush_need;
+    /* Part of in_flight_bytes: the records of failed batches (rebuilt from their segment, or
+     * still in the writers' chunks when the batch failed before encoding), kept for the
+     * writers' next persists. They count, so an outage applies backpressure. */
+    uint64_t retained_bytes;
     struct admit_waiter *adm_head;
     /* The loop was kicked and has not taken the queue since: a further kick needs no eventfd
      * write (pipeline_kick). Cleared by the loop when it takes the queue. */
@@ -67,7 +71,7 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r);
  * segment (the records re-framed, its index entry, the segment's fixed parts), twice the
  * records when compressing (the codec's bound plus the encoder's scratch copy). */
 uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes);
-/* Frees a range the pipeline no longer holds (s->mu held). */
-void range_free(range *r);
+/* Frees a range the pipeline no longer holds (s->mu held), with its retained charge. */
+void range_drop(dstl_storage *s, range *r);
 
 #endif

@@ -26,89 +26,17 @@
 #include "dstl/storage.h"
 #include "dstl/writer.h"
 
-/* ---- chunks ---- */
+/* ---- chunks (the pool and the pipeline's release: dstl/chunks.c) ---- */
 
-/* The size class of a pooled chunk capacity, or -1 (a big record's odd-sized chunk). */
-static int chunk_class(size_t cap)
-{
-    int k = 0;
-    for (size_t c = CHUNK_MIN; c <= CHUNK_MAX; c *= 2, k++)
-        if (c == cap) return k;
-    return -1;
-}
-
-static void chunk_put(chunk_pool *p, chunk *c)
-{
-    int k = chunk_class(c->cap);
-    pthread_mutex_lock(&p->mu);
-    if (k >= 0 && p->bytes + c->cap <= CHUNK_POOL_BYTES) {
-        c->next = p->free_list[k];
-        p->free_list[k] = c;
-        p->bytes += c->cap;
-        c = NULL;
-    }
-    pthread_mutex_unlock(&p->mu);
-    free(c);
-}
-
-void chunk_pool_init(chunk_pool *p)
-{
-    memset(p, 0, sizeof *p);
-    pthread_mutex_init(&p->mu, NULL);
-}
-
-void chunk_pool_destroy(chunk_pool *p)
-{
-    for (int k = 0; k < CHUNK_CLASSES; k++)
-        for (chunk *c = p->free_list[k], *next; c; c = next) {
-            next = c->next;
-            free(c);
-        }
-    pthread_mutex_destroy(&p->mu);
-}
-
-static chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload)
-{
-    chunk *c = NULL;
-    int k = chunk_class(cap);
-    if (k >= 0) {
-        pthread_mutex_lock(&p->mu);
-        if ((c = p->free_list[k])) {
-            p->free_list[k] = c->next;
-            p->bytes -= cap;
-        }
-        pthread_mutex_unlock(&p->mu);
-    }
-    if (!c && !(c = malloc(sizeof *c + cap))) return NULL;
-    c->next = NULL;
-    c->seq_first = seq;
-    c->nrec = 0;
-    c->payload_first = payload;
-    c->used = 0;
-    c->cap = cap;
-    return c;
-}
-
-/* Frees leading chunks whose records are all durable or truncated; writer thread, s->mu held. */
+/* Frees leading chunks whose records are no longer needed; writer thread, s->mu held. */
 static void chunks_release(dstl_writer *w)
 {
-    uint64_t floor = w->sent_seq;               /* unsent records stay */
-    for (range *r = w->ranges; r; r = r->next)
-        if (r->state != RANGE_DURABLE && r->seq_first < floor) {
-            floor = r->seq_first;
-            break;
-        }
-    while (w->head && w->head != w->tail && w->head != w->sent_chunk &&
-           w->head->seq_first + w->head->nrec <= floor) {
-        chunk *c = w->head;
-        w->head = c->next;
-        chunk_put(&w->s->chunks, c);
-    }
-    /* The last chunk too, once all of it is sent and durable: the next append starts a chunk
-     * sized to what the writer appends now, so memory stays flat in the number of writers
-     * (1,000 writers each keeping a grown 1 MiB chunk would hold 1 GiB). */
+    writer_release_sent_chunks(w);
+    /* The last chunk too, once all of it is sent and no longer needed: the next append starts
+     * a chunk sized to what the writer appends now, so memory stays flat in the number of
+     * writers (1,000 writers each keeping a grown 1 MiB chunk would hold 1 GiB). */
     chunk *t = w->tail;
-    if (t && w->head == t && w->sent_chunk == t && w->sent_off == t->used && t->seq_first + t->nrec <= floor) {
+    if (t && w->head == t && w->sent_chunk == t && w->sent_off == t->used && t->seq_first + t->nrec <= chunk_floor(w)) {
         chunk_put(&w->s->chunks, t);
         w->head = w->tail = w->sent_chunk = NULL;
         w->sent_off = 0;
@@ -124,13 +52,16 @@ static int chunk_grow(dstl_writer *w, size_t need)
     if (cap < need) cap = need;
     chunk *c = chunk_new(&w->s->chunks, cap, w->next_seq, w->payload_total);
     if (!c) return err_fail(-ENOMEM, "writer %s: out of memory for a %zu-byte chunk", w->id, cap);
-    if (w->tail) w->tail->next = c;
-    else w->head = c;
-    w->tail = c;
-    if (!w->sent_chunk) {
-        w->sent_chunk = c;
-        w->sent_off = 0;
+    if (w->tail) {
+        w->tail->next = c;
+        w->tail = c;
+        return 0;
     }
+    /* A new list: head and sent_chunk are read by the pipeline (writer_release_sent_chunks) */
+    pthread_mutex_lock(&w->s->mu);
+    w->head = w->tail = w->sent_chunk = c;
+    w->sent_off = 0;
+    pthread_mutex_unlock(&w->s->mu);
     return 0;
 }
 
@@ -207,7 +138,7 @@ int dstl_writer_close(dstl_writer *w)
     for (range *r = w->ranges, *next; r; r = next) {
         next = r->next;
         if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
-        range_free(r);
+        range_drop(s, r);
     }
     w->ranges = w->ranges_tail = NULL;
     for (dstl_writer **p = &s->locked.writers; *p; p = &(*p)->next_open)
@@ -244,7 +175,9 @@ typedef struct admit_waiter {
 static int room_for(const dstl_storage *s, uint64_t cost)
 {
     uint64_t used = s->locked.pipe.in_flight_bytes + s->locked.pipe.flush_need;
-    return used == 0 || used + cost <= s->conf.max_in_flight_bytes;
+    /* "alone": nothing in flight but the retained records of failed batches, which only a
+     * retry (the writers' next persists) frees */
+    return used == s->locked.pipe.retained_bytes || used + cost <= s->conf.max_in_flight_bytes;
 }
 
 static void admit_remove(dstl_storage *s, admit_waiter *me)
@@ -319,6 +252,7 @@ static int handoff_tail(dstl_writer *w, range **out)
     r->payload_first = w->sent_payload;
     r->payload_bytes = w->payload_total - w->sent_payload;
     r->rec_bytes = w->unsent_bytes;
+    r->in_chunks = 1;
     r->state = RANGE_FAILED;             /* pipeline_enqueue makes it in flight */
     if (w->ranges_tail) w->ranges_tail->next = r;
     else w->ranges = r;
@@ -337,9 +271,17 @@ static int handoff_tail(dstl_writer *w, range **out)
 static int send_ranges(dstl_writer *w, uint64_t from)
 {
     dstl_storage *s = w->s;
+    /* A failed range's records are still charged (retained): a retry needs room only for its
+     * encoding reserve. */
     uint64_t cost = w->unsent_bytes ? w->unsent_bytes + pipeline_enc_reserve(s, w->unsent_bytes) : 0;
     for (range *r = w->ranges; r; r = r->next)
-        if (r->state == RANGE_FAILED && r->seq_end > from) cost += r->rec_bytes + pipeline_enc_reserve(s, r->rec_bytes);
+        if (r->state == RANGE_FAILED && r->seq_end > from) {
+            if (r->lost)
+                return err_fail(r->lost, "writer %s: records [%llu, %llu) are lost: their batch failed and they "
+                                "could not be rebuilt from its segment (%s)", w->id, (unsigned long long)r->seq_first,
+                                (unsigned long long)r->seq_end, dstl_strerror(r->lost));
+            cost += r->rec_bytes + pipeline_enc_reserve(s, r->rec_bytes) - r->retained;
+        }
     if (cost == 0) return 0;
     /* A failed local store is fail-stop for local durability; with remote durability the
      * object store still makes persists durable (the local copy is then simply absent). */
@@ -351,8 +293,12 @@ static int send_ranges(dstl_writer *w, uint64_t from)
     int queued = 0;
     for (range *r = w->ranges; r; r = r->next)
         if (r->state == RANGE_FAILED && r->seq_end > from) {
+            uint64_t retained = r->retained;
             if ((rc = pipeline_enqueue(s, w, r)) < 0) break;
-            cost -= r->rec_bytes + r->enc_reserve;
+            /* its retained charge is now the in-flight range's */
+            s->locked.pipe.retained_bytes -= retained;
+            r->retained = 0;
+            cost -= r->rec_bytes + r->enc_reserve - retained;
             queued++;
         }
     if (rc == 0 && w->sent_seq < w->next_seq) {
@@ -564,7 +510,7 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
             *pp = r->next;
             if (w->ranges_tail == r) w->ranges_tail = prev;
             if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
-            range_free(r);
+            range_drop(s, r);
         }
         if (w->sent_seq < to_seq) skip_unsent(w, to_seq);
         chunks_release(w);

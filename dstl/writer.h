@@ -50,6 +50,19 @@ typedef struct chunk_pool {
 } chunk_pool;
 
 void chunk_pool_init(chunk_pool *p);
+/* A chunk of cap bytes whose first record will be seq (payload bytes before it: payload), from
+ * the pool when one of that size class is free; NULL when out of memory. */
+chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload);
+/* Keeps c for reuse (up to CHUNK_POOL_BYTES) or frees it. */
+void chunk_put(chunk_pool *p, chunk *c);
+struct dstl_writer;
+/* The first seq whose record the writer's chunks must keep: unsent records, and those of a
+ * range whose only copy is in the chunks (handed off, not encoded yet). s->mu held. */
+uint64_t chunk_floor(const struct dstl_writer *w);
+/* Frees the writer's leading chunks whose records are durable, truncated or encoded into a
+ * segment buffer, up to (not including) the chunk of its first unsent record. s->mu held; any
+ * thread (the pipeline calls it once a batch is encoded, so records are not held twice). */
+void writer_release_sent_chunks(struct dstl_writer *w);
 void chunk_pool_destroy(chunk_pool *p);
 
 enum { RANGE_INFLIGHT = 0, RANGE_DURABLE = 1, RANGE_FAILED = 2 };
@@ -66,8 +79,16 @@ typedef struct range {
     uint64_t enc_reserve;       /* in-flight room reserved for its encoded copy (admission) */
     int state;
     int truncated;              /* truncated while in flight: drop when the batch ends */
-    wire_span *spans;           /* the records, while not durable (chunks outlive them) */
+    /* The records, while they are needed and not in a segment buffer: in the writer's chunks
+     * (in_chunks, from the hand-off until its batch is encoded), or in retry_buf (a failed
+     * batch's sections decoded back, until they are encoded again). Once encoded, the
+     * segment buffer holds them and spans is NULL. */
+    wire_span *spans;
     size_t nspans;
+    int in_chunks;
+    uint8_t *retry_buf;
+    uint64_t retained;          /* FAILED: its records' bytes, still charged to max-in-flight */
+    int lost;                   /* FAILED and its records could not be rebuilt: the error */
     struct pipeline_section *sec; /* INFLIGHT: its section in the pipeline */
     run_segment *seg;           /* DURABLE: where it is */
     uint32_t sec_index;

@@ -180,12 +180,15 @@ uint64_t dstl_writer_next_seq(const dstl_writer *w);
  * dstl.backpressure: fail.
  *
  * Backpressure: dstl.upload.max-in-flight bounds every byte the pipeline keeps for records
- * handed off and not yet durable: the records (kept for a retry), the room reserved for their
- * encoded copy (as much again, twice with compression, plus 4 KiB a hand-off), then the
- * segment buffer until both its copies are written. Hand-offs (appends past the preemptive
- * threshold, persists) are admitted in arrival order, so a large one is not starved by small
- * ones. One exception: a hand-off larger than the bound is admitted alone, when nothing else
- * is in flight (its segment then counts on top). */
+ * handed off and not yet durable: the records and the room reserved for their encoded copy
+ * (as much again, twice with compression, plus 4 KiB a hand-off) until their segment is
+ * encoded; then the segment buffer (the records are held once: their copy in the writer is
+ * freed) until both its copies are written; and the records of a failed persist, kept for its
+ * retry until a persist sends them again or a truncate drops them — so an outage applies
+ * backpressure. Hand-offs (appends past the preemptive threshold, persists) are admitted in
+ * arrival order, so a large one is not starved by small ones. One exception: a hand-off larger
+ * than the bound is admitted alone, when nothing else is in flight but failed persists'
+ * records (its segment then counts on top). */
 int dstl_append(dstl_writer *w, uint32_t key_group, const void *data, size_t len);
 
 /* A meta record (state names, serializers): no key group; every reader gets it. */

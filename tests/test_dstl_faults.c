@@ -14,6 +14,9 @@
 #include "dstl/seams.h"
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "tests/helpers_keys.h"
+#include "tests/payload.h"
+#include "wire/wire.h"
 
 static char *dir;
 static struct ioeng_fault *fault;
@@ -76,6 +79,137 @@ static void enospc_then_retry(const char *engine)
 Test(dstl_faults, enospc_on_write_fails_one_persist_then_retries_io_uring) { enospc_then_retry("io_uring"); }
 Test(dstl_faults, enospc_on_write_fails_one_persist_then_retries_libaio) { enospc_then_retry("libaio"); }
 Test(dstl_faults, enospc_on_write_fails_one_persist_then_retries_psync) { enospc_then_retry("psync"); }
+
+/* ---- a failed batch's records: rebuilt from its segment, charged until sent again ---- */
+
+/* The pending-record bytes of t_append_n's records [from, to) of writer wid (their charge). */
+static uint64_t pending_bytes(uint32_t wid, uint64_t from, uint64_t to, size_t max_len)
+{
+    uint64_t n = 0;
+    for (uint64_t seq = from; seq < to; seq++) n += wire_rec_size(payload_len(wid, seq, max_len));
+    return n;
+}
+
+/* Reads h back over key groups [kgf, kgl]: the meta record "schema" at seq 0, then t_append_n's
+ * records of writer 1 (max_len 700, key group seq % 8). Returns the data records read. */
+static long verify_with_meta(dstl_storage *s, const dstl_handle *h, uint32_t kgf, uint32_t kgl)
+{
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, h, kgf, kgl, &r), 0, "%s", dstl_last_error());
+    dstl_record rec;
+    long n = 0;
+    int rc, meta = 0;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {
+        if (rec.seq == 0) {
+            cr_expect(rec.is_meta && rec.len == 6 && memcmp(rec.data, "schema", 6) == 0, "seq 0 is not the meta record");
+            meta++;
+            continue;
+        }
+        size_t len = payload_len(1, rec.seq, 700);
+        cr_expect_eq(rec.key_group, (uint32_t)(rec.seq % 8), "seq %llu", (unsigned long long)rec.seq);
+        cr_expect(rec.key_group >= kgf && rec.key_group <= kgl);
+        cr_expect(rec.len == len && payload_check(PAYLOAD_RANDOM, 1, rec.seq, rec.data, len) == len,
+                  "seq %llu: payload differs", (unsigned long long)rec.seq);
+        n++;
+    }
+    cr_expect_eq(rc, 0, "%s", dstl_last_error());
+    cr_expect_eq(meta, 1);
+    dstl_reader_close(r);
+    return n;
+}
+
+static uint64_t in_flight(dstl_storage *s)
+{
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    return st.in_flight_bytes;
+}
+
+/* Records are freed from the writer once encoded, so a retry after ENOSPC comes from the failed
+ * segment's sections (decompressed, decrypted, rebuilt): the retried handle must read back
+ * every record exactly, and the failed records stay charged to max-in-flight until sent again. */
+static void retry_from_the_failed_segment(const char *codec, int encrypted)
+{
+    const char *kf = encrypted ? tk_write(dir, "keys", "k: " TK_HEX_A "\n", 0600) : NULL;
+    dstl_config *c = t_config(dir, "dstl.io.engine", "psync", "dstl.batch.persist-delay", "0",
+                              "dstl.compression", codec, kf ? "dstl.encryption.key-file" : NULL, kf, NULL);
+    dstl_storage *s = NULL;
+    storage_seams t = {.fault = fault};
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "w", 0, 7, &w), 0);
+    cr_assert_eq(dstl_append_meta(w, "schema", 6), 0);
+    uint64_t end = t_append_n(w, 1, 300, 0, 8, 700);
+    cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
+    dstl_handle *h = NULL;
+    cr_assert_eq(t_persist_result(w, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
+    uint64_t want = wire_rec_size(6) + pending_bytes(1, 1, end, 700);
+    cr_expect_eq(in_flight(s), want, "%s %s: %llu bytes in flight after the failure, the failed records are %llu",
+                 codec, encrypted ? "encrypted" : "plain", (unsigned long long)in_flight(s), (unsigned long long)want);
+    /* more records behind the failed ones; the retry covers both */
+    end = t_append_n(w, 1, 100, 0, 8, 700);
+    cr_assert_eq(t_persist_result(w, 0, 2, &h), 0, "%s", dstl_last_error());
+    cr_expect_eq(dstl_handle_to_seq(h), end);
+    cr_expect_eq(verify_with_meta(s, h, 0, 7), (long)end - 1);
+    long in23 = 0;
+    for (uint64_t seq = 1; seq < end; seq++) in23 += seq % 8 == 2 || seq % 8 == 3;
+    cr_expect_eq(verify_with_meta(s, h, 2, 3), in23);
+    cr_expect_eq(in_flight(s), 0, "durable: nothing charged, %llu", (unsigned long long)in_flight(s));
+    dstl_handle_free(h);
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free((char *)kf);
+}
+
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment) { retry_from_the_failed_segment("none", 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_lz4) { retry_from_the_failed_segment("lz4", 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd) { retry_from_the_failed_segment("zstd", 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_encrypted) { retry_from_the_failed_segment("none", 1); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd_encrypted) { retry_from_the_failed_segment("zstd", 1); }
+
+/* A failed persist's records count toward max-in-flight until sent again or truncated: what an
+ * outage leaves behind applies backpressure (with nothing else in flight one hand-off still
+ * goes, so the retries that free them can run). */
+Test(dstl_faults, failed_records_count_toward_max_in_flight_until_truncated)
+{
+    dstl_config *c = t_config(dir, "dstl.io.engine", "psync", "dstl.batch.persist-delay", "300ms",
+                              "dstl.upload.max-in-flight", "200kb", "dstl.backpressure", "fail", NULL);
+    dstl_storage *s = NULL;
+    storage_seams t = {.fault = fault};
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *a, *b, *d;
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 7, &a), 0);
+    cr_assert_eq(dstl_writer_open(s, "b", 0, 7, &b), 0);
+    cr_assert_eq(dstl_writer_open(s, "d", 0, 7, &d), 0);
+    uint64_t end = t_append_n(a, 1, 300, 0, 8, 1000);   /* ~150 KB of records */
+    cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
+    dstl_handle *h = NULL;
+    cr_assert_eq(t_persist_result(a, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
+    uint64_t kept = pending_bytes(1, 0, end, 1000);
+    cr_assert_eq(in_flight(s), kept);
+    /* nothing else in flight: b goes (its batch stays open for persist-delay) */
+    t_append_n(b, 2, 20, 0, 8, 1000);
+    dstl_future *fb;
+    cr_assert_eq(dstl_persist(b, 0, 1, &fb), 0, "%s", dstl_last_error());
+    /* now a's kept records and b's hand-off leave no room for d's */
+    t_append_n(d, 3, 20, 0, 8, 1000);
+    dstl_future *fd = NULL;
+    int rc = dstl_persist(d, 0, 1, &fd);
+    cr_expect_eq(rc, -EAGAIN, "d was admitted beside %llu kept bytes: %d", (unsigned long long)kept, rc);
+    cr_expect(strstr(dstl_last_error(), "dstl.upload.max-in-flight"), "%s", dstl_last_error());
+    if (rc == 0) dstl_future_free(fd);
+    cr_assert_eq(dstl_future_wait(fb, 20000), 0);
+    dstl_future_free(fb);
+    /* a truncate that drops a's failed records frees their room */
+    cr_assert_eq(dstl_truncate(a, end), 0);
+    cr_expect_eq(in_flight(s), 0, "%llu bytes still charged", (unsigned long long)in_flight(s));
+    dstl_writer_close(a);
+    dstl_writer_close(b);
+    dstl_writer_close(d);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
 
 static void fail_stop(int kind, const char *engine)
 {

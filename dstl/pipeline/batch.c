@@ -45,12 +45,18 @@ static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
     else w->ranges = r->next;
     if (w->ranges_tail == r) w->ranges_tail = prev;
     if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
-    range_free(r);
+    range_drop(s, r);
 }
 
-void range_free(range *r)
+void range_drop(dstl_storage *s, range *r)
 {
     if (!r) return;
+    if (r->retained) {
+        s->locked.pipe.in_flight_bytes -= r->retained;
+        s->locked.pipe.retained_bytes -= r->retained;
+        pthread_cond_broadcast(&s->room_cv);
+    }
+    free(r->retry_buf);
     free(r->spans);
     free(r);
 }
@@ -68,7 +74,9 @@ void batch_free(batch *b)
         next = x->next;
         free(x);
     }
+    wire_index_free(b->ix);
     wire_segment_out_free(&b->out);
+    keyring_unref(b->keys);
     free(b);
 }
 
@@ -97,7 +105,8 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
         g = b->g = NULL;
         if (res == -EIO) s->locked.store_err = res;
     }
-    s->locked.pipe.in_flight_bytes -= b->bytes + b->reserve;    /* records; a reserve never encoded */
+    /* the records (unless encoding released them already); a reserve never encoded */
+    s->locked.pipe.in_flight_bytes -= (b->encoded ? 0 : b->bytes) + b->reserve;
     b->reserve = 0;
     if (b->pending_io == 0) {
         /* Both copies are done, so the encoded buffer is free too: release it with the records,
@@ -124,6 +133,7 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             reg_section_add(g);
         } else {
             r->state = RANGE_FAILED;
+            if (!r->truncated) batch_retain(s, b, x);
         }
     }
     for (pipeline_section *x = b->head; x; x = x->next) {
@@ -365,7 +375,9 @@ static int encode_segment(dstl_storage *s, batch *b, const wire_section_in *in, 
     if (rc == 0) rc = wire_segment_encode(&o, in, b->n, &b->out, e);
     if (rc == 0) b->g->sealed = kr != NULL;
     OPENSSL_cleanse(dk, sizeof dk);
-    keyring_unref(kr);
+    /* kept: a failed batch's ranges are rebuilt from the segment under the same keys */
+    keyring_unref(b->keys);
+    b->keys = kr;
     return rc;
 }
 
@@ -404,11 +416,12 @@ void batch_flush(pipeline_loop *loop)
     }
     pthread_mutex_lock(&s->mu);
     s->locked.pipe.q_waiting -= b->n;             /* written now (or failed): no longer waiting for a batch */
+    /* The encoded copy counts against dstl.upload.max-in-flight (seg_alloc) instead of the
+     * records it came from, whose chunks go now (a failed batch rebuilds them: retain.c): the
+     * bound is on memory, so peak RSS stays near max-in-flight whatever the load. */
+    if (rc == 0) batch_release_records(s, b);
     pthread_mutex_unlock(&s->mu);
     if (rc == 0) {
-        /* The encoded copy now counts against dstl.upload.max-in-flight (seg_alloc) as well
-         * as the records it came from (they stay in the writers until durable, for a retry):
-         * the bound is on memory, so peak RSS stays near max-in-flight whatever the load. */
         b->g->size = b->out.len;
         b->g->footer_offset = b->out.footer_offset;
         b->g->footer_len = b->out.footer_len;

@@ -7,6 +7,7 @@
  *   batch.c    a batch's life: encode, its two copies, the durability point, reaping
  *   lease.c    the run's lease object
  *   bufpool.c  reused segment buffers
+ *   retain.c   records held once: released at encoding, rebuilt for a failed batch's retry
  * Calls go loop -> batch -> lease -> (callback) and every file -> bufpool; none go back.
  */
 #ifndef DSTL_PIPELINE_INT_H
@@ -16,6 +17,7 @@
 #include <stdint.h>
 
 #include "dstl.h"
+#include "dstl/keys.h"
 #include "dstl/pipeline.h"
 #include "dstl/registry.h"
 #include "s3/s3.h"
@@ -57,6 +59,9 @@ typedef struct batch {
     struct pipeline_loop *loop; /* the pipeline's (the segment buffer comes from its pool) */
     int deferred;               /* the last flush waited for room (flush_need is its need) */
     int await_lease;            /* its upload waits for the run's first lease */
+    int encoded;                /* its records are in out only (batch_release_records) */
+    keyring *keys;              /* the key ring it was sealed under (NULL: plain) */
+    wire_index *ix;             /* out, opened to rebuild failed ranges (retain.c) */
     char key[640];
     char local_err[512], remote_err[1024];
 } batch;
@@ -129,6 +134,13 @@ void lease_start(pipeline_loop *loop);
 void lease_tick(pipeline_loop *loop, uint64_t now, int closing);
 /* When the loop must next act for the lease (monotonic ns), or UINT64_MAX. */
 uint64_t lease_next_deadline(const pipeline_loop *loop);
+
+/* ---- retain.c (s->mu held) ---- */
+/* b is encoded: its ranges' records are in b->out only; their chunks and charge go. */
+void batch_release_records(dstl_storage *s, batch *b);
+/* x failed with b: its range keeps its records (rebuilt from b->out when encoded) charged as
+ * retained for the writer's next persist; or is marked lost when they cannot be rebuilt. */
+void batch_retain(dstl_storage *s, batch *b, pipeline_section *x);
 
 /* ---- batch.c ---- */
 /* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait

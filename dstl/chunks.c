@@ -1,0 +1,99 @@
+/*
+ * dstl/chunks.c — writers' record chunks: the pool they are recycled through, and freeing the
+ * ones no record needs any more (also from the pipeline thread, once a batch is encoded: the
+ * threads' rules are in writer_release_sent_chunks). Calls nothing else of the library.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstl/storage.h"
+#include "dstl/writer.h"
+
+
+/* The size class of a pooled chunk capacity, or -1 (a big record's odd-sized chunk). */
+static int chunk_class(size_t cap)
+{
+    int k = 0;
+    for (size_t c = CHUNK_MIN; c <= CHUNK_MAX; c *= 2, k++)
+        if (c == cap) return k;
+    return -1;
+}
+
+void chunk_put(chunk_pool *p, chunk *c)
+{
+    int k = chunk_class(c->cap);
+    pthread_mutex_lock(&p->mu);
+    if (k >= 0 && p->bytes + c->cap <= CHUNK_POOL_BYTES) {
+        c->next = p->free_list[k];
+        p->free_list[k] = c;
+        p->bytes += c->cap;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    free(c);
+}
+
+void chunk_pool_init(chunk_pool *p)
+{
+    memset(p, 0, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
+}
+
+void chunk_pool_destroy(chunk_pool *p)
+{
+    for (int k = 0; k < CHUNK_CLASSES; k++)
+        for (chunk *c = p->free_list[k], *next; c; c = next) {
+            next = c->next;
+            free(c);
+        }
+    pthread_mutex_destroy(&p->mu);
+}
+
+chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload)
+{
+    chunk *c = NULL;
+    int k = chunk_class(cap);
+    if (k >= 0) {
+        pthread_mutex_lock(&p->mu);
+        if ((c = p->free_list[k])) {
+            p->free_list[k] = c->next;
+            p->bytes -= cap;
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    if (!c && !(c = malloc(sizeof *c + cap))) return NULL;
+    c->next = NULL;
+    c->seq_first = seq;
+    c->nrec = 0;
+    c->payload_first = payload;
+    c->used = 0;
+    c->cap = cap;
+    return c;
+}
+
+/* The first seq whose record the chunks must keep: unsent records, and those of a range
+ * whose only copy is in the chunks (handed off, not encoded yet). s->mu held. */
+uint64_t chunk_floor(const dstl_writer *w)
+{
+    uint64_t floor = w->sent_seq;
+    for (const range *r = w->ranges; r; r = r->next)
+        if (r->state != RANGE_DURABLE && r->in_chunks && r->seq_first < floor) {
+            floor = r->seq_first;
+            break;
+        }
+    return floor;
+}
+
+void writer_release_sent_chunks(dstl_writer *w)
+{
+    /* Only chunks before sent_chunk: the writer thread appends to the tail (at or after
+     * sent_chunk) without the lock, and every chunk before sent_chunk was complete when the
+     * hand-off that moved sent_chunk past it took s->mu. head and sent_chunk change only
+     * under s->mu (chunk_grow takes it when it starts the list). */
+    uint64_t floor = chunk_floor(w);
+    while (w->head && w->head != w->sent_chunk && w->head->seq_first + w->head->nrec <= floor) {
+        chunk *c = w->head;
+        w->head = c->next;
+        chunk_put(&w->s->chunks, c);
+    }
+}
