@@ -307,8 +307,11 @@ static run_segment **pinned_segments(const dstl_future *f)
 static void finish(dstl_future *f, int err, const char *detail)
 {
     const future_ctx *ctx = f->ctx;
+    /* a copy: detail may be f->errmsg itself; formatted only for a failure (this runs for
+     * every persist, under s->mu) */
     char why[sizeof f->errmsg];
-    snprintf(why, sizeof why, "%s", detail ? detail : dstl_last_error());
+    why[0] = 0;
+    if (err) snprintf(why, sizeof why, "%s", detail ? detail : dstl_last_error());
     dstl_handle *h = NULL;
     wire_handle *wh = NULL;
     if (err == 0 && (err = build_handle(f, &wh)) == 0) {
@@ -336,6 +339,7 @@ static void finish(dstl_future *f, int err, const char *detail)
     if (!pins_moved)
         for (size_t i = 0; i < f->npieces; i++) reg_unpin(ctx->reg, f->pieces[i].sg);
     f->npieces = 0;
+    if (err < 0 && !why[0]) snprintf(why, sizeof why, "%s", dstl_last_error());
     if (err < 0)
         snprintf(f->errmsg, sizeof f->errmsg, "persist of writer %s [%llu, %llu) checkpoint %llu: %.400s",
                  f->writer_id, (unsigned long long)f->from, (unsigned long long)f->to,
@@ -437,15 +441,8 @@ int dstl_future_result(dstl_future *f, dstl_handle **out)
     } else if (f->err) {
         rc = err_fail(f->err, "%s", f->errmsg);
     } else {
-        wire_handle *dup = wire_handle_dup(f->handle->wh);
-        dstl_handle *h = dup ? handle_wrap(dup) : NULL;
-        if (!h) {
-            wire_handle_free(dup);
-            rc = err_fail(-ENOMEM, "dstl_future_result: out of memory");
-        } else {
-            *out = h;
-            rc = 0;
-        }
+        *out = handle_ref(f->handle);   /* immutable: shared, not copied */
+        rc = 0;
     }
     pthread_mutex_unlock(&f->mu);
     return rc;

@@ -27,6 +27,13 @@ dstl_handle *handle_wrap(wire_handle *wh)
     dstl_handle *h = malloc(sizeof *h);
     if (!h) return NULL;
     h->wh = wh;
+    atomic_init(&h->refs, 1);
+    return h;
+}
+
+dstl_handle *handle_ref(dstl_handle *h)
+{
+    atomic_fetch_add_explicit(&h->refs, 1, memory_order_relaxed);
     return h;
 }
 
@@ -67,6 +74,7 @@ int dstl_handle_parse(const void *buf, size_t len, dstl_handle **out)
 void dstl_handle_free(dstl_handle *h)
 {
     if (!h) return;
+    if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1) return;
     wire_handle_free(h->wh);
     free(h);
 }

@@ -8,18 +8,25 @@
 #ifndef DSTL_HANDLE_H
 #define DSTL_HANDLE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "dstl.h"
 #include "wire/wire.h"
 
+/* Immutable, so shared: every dstl_future_result of one future hands out the future's own
+ * handle with one more reference (no copy), and dstl_handle_free drops one. */
 struct dstl_handle {
     wire_handle *wh;
+    _Atomic unsigned refs;
 };
 
-/* A handle owning wh, or NULL when out of memory (wh is then still the caller's). */
+/* A handle owning wh (one reference), or NULL when out of memory (wh is then still the
+ * caller's). */
 dstl_handle *handle_wrap(wire_handle *wh);
+/* h with one more reference. */
+dstl_handle *handle_ref(dstl_handle *h);
 
 /* Segment names: "<run id>-<segment no, 12 decimal digits>.seg"; the run id is 16 random hex
  * digits chosen at dstl_storage_open, so names are unique per run. */

@@ -105,16 +105,38 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
     return h;
 }
 
+/* Appends s (up to the end of buf) at *p. */
+static void key_put_str(char **p, char *end, const char *s)
+{
+    while (*s && *p < end) *(*p)++ = *s++;
+}
+
+static void key_put_u64(char **p, char *end, uint64_t v)
+{
+    char d[20];
+    int n = 0;
+    do d[n++] = (char)('0' + v % 10);
+    while ((v /= 10) && n < 20);
+    while (n && *p < end) *(*p)++ = d[--n];
+}
+
 uint64_t reg_handle_ident(const wire_handle *wh, char **key)
 {
-    char buf[1024];
-    int n = snprintf(buf, sizeof buf, "%s\x1f%s\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64 "\x1f%" PRIu64,
-                     wh->storage_id, wh->writer_id, wh->writer_incarnation, wh->checkpoint_id, wh->from_seq,
-                     wh->to_seq);
-    if (n < 0) n = 0;
-    if ((size_t)n >= sizeof buf) n = sizeof buf - 1;
+    /* storage \x1f writer \x1f incarnation \x1f checkpoint \x1f from \x1f to, by hand: this runs
+     * for every persist and discard, under s->mu, and snprintf was a visible share of it */
+    char buf[1024], *p = buf, *end = buf + sizeof buf - 1;
+    const uint64_t nums[4] = {wh->writer_incarnation, wh->checkpoint_id, wh->from_seq, wh->to_seq};
+    key_put_str(&p, end, wh->storage_id);
+    key_put_str(&p, end, "\x1f");
+    key_put_str(&p, end, wh->writer_id);
+    for (int i = 0; i < 4; i++) {
+        key_put_str(&p, end, "\x1f");
+        key_put_u64(&p, end, nums[i]);
+    }
+    *p = 0;
+    size_t n = (size_t)(p - buf);
     if (key) *key = strdup(buf);
-    return fnv1a(0xcbf29ce484222325ull, buf, (size_t)n);
+    return fnv1a(0xcbf29ce484222325ull, buf, n);
 }
 
 static live_handle *live_find(registry *reg, uint64_t ident, const char *key)

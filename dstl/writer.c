@@ -350,7 +350,7 @@ static int append_slow(dstl_writer *w, int meta, uint32_t kg, const void *data, 
         if (rc < 0) return rc;
     }
     if (!w->tail || w->tail->cap - w->tail->used < need) {
-        if (w->head && w->head != w->tail) {
+        if (w->tail) {              /* head is read under s->mu only (the pipeline frees chunks too) */
             dstl_storage *s = w->s;
             pthread_mutex_lock(&s->mu);
             chunks_release(w);
