@@ -78,6 +78,8 @@ rss=$(val local.load.w1024.rss_peak_mb)
 echo "local.rss_peak_mb $rss MB" | emit
 echo "local.rss_vs_budget $(ratio "$rss" $((100 + 64))) x" | emit
 echo "local.cost_flatness $(ratio "$(val local.load.w1024.cpu_us_per_mb)" "$(val local.load.w16.cpu_us_per_mb)") x" | emit
+# CPU per MB against copying + CRC32C of the same bytes once (bench_local's floor), at 1,024 writers
+echo "local.cpu_vs_floor $(val local.load.w1024.cpu_vs_floor) x" | emit
 
 echo "# S3 client and remote durability (Ceph RGW, BlueStore, started for this run, unless"
 echo "# DSTL_PERF_S3_ENDPOINT and its keys name your own endpoint)"
