@@ -356,7 +356,10 @@ static int take_queue(pipeline_loop *loop, int *has_deletes)
     if (s->locked.pipe.q_head && !loop->open && (loop->open = calloc(1, sizeof *loop->open))) {
         loop->open->s = s;
         loop->open->tail = &loop->open->head;
-        loop->open->opened_ns = now_ns();
+        /* its age is its first range's: the persist that handed it off waits persist-delay
+         * from its hand-off, not from whenever this thread got to run (a loaded machine can
+         * take milliseconds to wake it) */
+        loop->open->opened_ns = s->locked.pipe.q_head->t_enq_ns;
         loop->open->loop = loop;
     }
     /* Memory for the batch is one small struct; if even that fails the queue waits for the
