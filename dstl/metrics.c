@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "dstl/err.h"
+#include "dstl/local/segstore.h"
 #include "dstl/metrics.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
@@ -152,6 +153,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.restore_bytes_fetched = atomic_load_explicit(&rd->restore_bytes_fetched, memory_order_relaxed);
     st.restore_bytes_delivered = atomic_load_explicit(&rd->restore_bytes_delivered, memory_order_relaxed);
     st.restore_cache_hits = atomic_load_explicit(&rd->restore_cache_hits, memory_order_relaxed);
+    st.segments_direct = s->store ? segstore_direct_writes(s->store) : 0;
     *out = st;
     return 0;
 }
@@ -197,6 +199,7 @@ static int metrics_format(dstl_storage *s, char **text)
     counter(&b, "dstl_local_read_fallbacks_total", "Segments read from the object store because their local copy "
             "was unusable.", st.local_read_fallbacks);
     counter(&b, "dstl_key_reloads_total", "Changed key files re-read and taken.", st.key_reloads);
+    counter(&b, "dstl_segments_direct_total", "Segments written with O_DIRECT (dstl.io.direct).", st.segments_direct);
     counter(&b, "dstl_key_reload_failures_total", "Key file re-reads that failed (previous keys kept).",
             st.key_reload_failures);
     /* restore plans (closed ones), from one table */

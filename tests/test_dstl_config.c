@@ -91,7 +91,8 @@ Test(dstl_config, bad_values_name_the_key)
         {"dstl.upload.part-size", "1mb"}, {"dstl.upload.max-attempts", "0"},
         {"dstl.upload.max-attempts", "3x"}, {"dstl.s3.path-style", "maybe"},
         {"dstl.io.engine", "epoll"}, {"dstl.compression", "snappy"}, {"dstl.durability", "cloud"},
-        {"dstl.batch.persist-size-threshold", "99999999999999999999tb"},
+        {"dstl.batch.persist-size-threshold", "99999999999999999999tb"}, {"dstl.io.direct", "sometimes"},
+        {"dstl.io.direct", ""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dstl_config *c = new_config();

@@ -286,7 +286,7 @@ static void *seg_alloc(void *ctx, size_t len)
     s->locked.pipe.flush_need = 0;
     pthread_cond_broadcast(&s->room_cv);
     pthread_mutex_unlock(&s->mu);
-    if (!buf && (buf = malloc(sizeof *buf + cap))) buf->cap = cap;
+    if (!buf) buf = pool_new(cap);
     return buf ? buf + 1 : NULL;   /* out of memory: the count goes with the batch (batch_end) */
 }
 

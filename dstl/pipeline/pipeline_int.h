@@ -110,6 +110,9 @@ typedef struct pipeline_loop {
 } pipeline_loop;
 
 /* ---- bufpool.c ---- */
+/* A new buffer of cap bytes whose data is POOL_PAGE-aligned (O_DIRECT writes); NULL when out
+ * of memory. pool_put keeps or frees it. */
+pooled_buf *pool_new(size_t cap);
 /* The smallest pooled buffer of len bytes or more, when it is at most a quarter larger; NULL. */
 pooled_buf *pool_take(buf_pool *p, size_t len);
 /* Keeps the buffer whose data starts at ptr (or frees it beyond POOL_MAX_BYTES). NULL is fine. */
