@@ -41,7 +41,7 @@ GOALS = [
     ("s3.vs_rclone", ">=", 1.5, "issue 4: S3 client"),
 ]
 # Lines shown next to the goals, without a target.
-INFO = ["local.best_mb_s", "local.disk_mb_s", "fio.seg_bytes", "fio.seg_buffered_mb_s", "fio.seg_direct_mb_s",
+INFO = ["local.best_mb_s", "local.paired_mb_s", "local.disk_mb_s", "fio.seg_bytes", "fio.seg_buffered_mb_s", "fio.seg_direct_mb_s",
         "local.direct_vs_buffered", "local.cpu_vs_floor", "remote.requests_flatness", "wire.decode_vs_memcpy"]
 HISTORY_KEEP = 10
 MEDIAN_OF = 3

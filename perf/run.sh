@@ -9,7 +9,8 @@
 #
 # The disk peer does DSTL's work: fio writes blocks of the mean segment size of DSTL's
 # fastest load run, one fdatasync after each, once through the page cache and once with
-# O_DIRECT; local.vs_disk = DSTL's best durable MB/s / the better of the two. (The former
+# O_DIRECT, each twice and alternating with that DSTL run again (local.pairedR.mb_s);
+# local.vs_disk = the paired DSTL runs' MB/s / the better fio mode's (means of two). (The former
 # local.vs_fio, against 1 MiB blocks with an fdatasync each, compared different work and is
 # gone.) local.direct.w16.* is the w16 load run again with dstl.io.direct: true, and
 # local.direct_vs_buffered their ratio, the measurement behind that key's default.
@@ -56,20 +57,30 @@ for n in 1 16 256 1024; do
 done
 seg=$(python3 -c "m=float('$(val local.load.w$bestn.mb_s)' or 0); s=float('$(val local.load.w$bestn.segments_s)' or 0); b=int(m*1e6/s) if s else 8<<20; print(max(4096, b//4096*4096))")
 echo "fio.seg_bytes $seg B" | emit
-for mode in buffered direct; do
-  rm -rf "$T/fio"; mkdir -p "$T/fio"
-  d=0; [ "$mode" = direct ] && d=1
-  # at least 64 segments and 512 MiB, at most 2 GiB; a fresh file, allocated as it grows,
-  # as DSTL's are (no fallocate)
-  size=$(python3 -c "print(min(2<<30, max(512<<20, 64*$seg)) // $seg * $seg)")
-  fio --name=seg --directory="$T/fio" --ioengine=io_uring --rw=write --bs="$seg" --size="$size" --fdatasync=1 \
-      --direct=$d --fallocate=none --output-format=json 2>/dev/null > "$T/fio-$mode.json"
-  python3 - "$T/fio-$mode.json" "$mode" <<'EOF' | emit
+# The disk's speed swings with the neighbours' I/O within a minute, so fio runs paired with
+# DSTL: twice, DSTL's best load run again, then fio buffered, then fio O_DIRECT, each SECS
+# long; local.vs_disk compares the paired DSTL runs with the better fio mode, means of two.
+size=$(python3 -c "print((2 << 30) // $seg * $seg)")
+for r in 1 2; do
+  rm -rf "$T/d"; DSTL_PERF_DUMP= "$B/perf/bench_local" load "$T/d" "$bestn" "$SECS" |
+    awk -v k="local.load.w$bestn.mb_s" -v r="$r" '$1 == k { print "local.paired" r ".mb_s", $2, $3 }' | emit
+  for mode in buffered direct; do
+    rm -rf "$T/fio"; mkdir -p "$T/fio"
+    d=0; [ "$mode" = direct ] && d=1
+    # a fresh file, allocated as it grows, as DSTL's segments are (no fallocate)
+    fio --name=seg --directory="$T/fio" --ioengine=io_uring --rw=write --bs="$seg" --size="$size" --fdatasync=1 \
+        --direct=$d --fallocate=none --runtime="$SECS" --output-format=json 2>/dev/null > "$T/fio-$mode.json"
+    python3 - "$T/fio-$mode.json" "$mode" "$r" <<'EOF' | emit
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
-print(f"fio.seg_{sys.argv[2]}_mb_s {j['write']['bw_bytes'] / 1e6:.1f} MB/s")
+print(f"fio.seg_{sys.argv[2]}{sys.argv[3]}_mb_s {j['write']['bw_bytes'] / 1e6:.1f} MB/s")
 EOF
+  done
 done
+mean() { python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{sum(v)/len(v):.1f}' if v else 'nan')" "$@"; }
+echo "fio.seg_buffered_mb_s $(mean "$(val fio.seg_buffered1_mb_s)" "$(val fio.seg_buffered2_mb_s)") MB/s" | emit
+echo "fio.seg_direct_mb_s $(mean "$(val fio.seg_direct1_mb_s)" "$(val fio.seg_direct2_mb_s)") MB/s" | emit
+echo "local.paired_mb_s $(mean "$(val local.paired1.mb_s)" "$(val local.paired2.mb_s)") MB/s" | emit
 rm -rf "$T/fio"; mkdir -p "$T/fio"
 fio --name=lat --directory="$T/fio" --ioengine=io_uring --rw=write --bs=4k --size=16m --fdatasync=1 \
     --output-format=json 2>/dev/null > "$T/fio-lat.json"
@@ -97,7 +108,7 @@ echo "# local ratios"
 echo "local.best_mb_s $best MB/s" | emit
 disk=$(python3 -c "print(max(float('$(val fio.seg_buffered_mb_s)' or 0), float('$(val fio.seg_direct_mb_s)' or 0)))")
 echo "local.disk_mb_s $disk MB/s" | emit
-echo "local.vs_disk $(ratio "$best" "$disk") x" | emit
+echo "local.vs_disk $(ratio "$(val local.paired_mb_s)" "$disk") x" | emit
 echo "local.direct_vs_buffered $(ratio "$(val local.direct.w16.mb_s)" "$(val local.load.w16.mb_s)") x" | emit
 budget=$(python3 -c "print(10000 + 1.5 * float('$(val fio.fdatasync_4k_p99_us)' or 0))")
 echo "local.p99_budget_us $budget us" | emit

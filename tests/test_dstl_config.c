@@ -42,6 +42,7 @@ Test(dstl_config, defaults_match_design)
     cr_expect_eq(v.cache_max_size_bytes, 1ull << 30);
     cr_expect_eq(v.durability, CFG_DURABILITY_LOCAL);
     cr_expect_eq(v.io_engine, CFG_IO_URING);
+    cr_expect_eq(v.io_direct, 0);   /* measured: perf/README.md, dstl.io.direct */
     cr_expect_eq(v.s3_tls_verify, 1);
     dstl_config_free(c);
 }
