@@ -117,7 +117,7 @@ static int cover(scan_count *c, uint32_t kg, uint64_t nseen)
         return 1;
     }
     uint64_t cap = 2 * c->cap > nhi - nlo ? 2 * c->cap : nhi - nlo;
-    if (cap < 64) cap = 64;
+    if (cap < 8) cap = 8;   /* small: a commit-sized section holds one or two records */
     if (cap > limit) cap = limit;
     /* growing down leaves the headroom below, growing up above */
     uint64_t lo = kg < c->lo && c->cap ? (nhi > cap ? nhi - cap : 0) : nlo;
