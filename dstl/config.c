@@ -113,6 +113,10 @@ static const key_def keys[] = {
      K_TEXT, NULL, OFF(encryption_key_file), 0, 0},
     {{"dstl.io.engine", "io_uring", "enum: io_uring|libaio|psync", "local file I/O engine", 0},
      K_ENUM, engine_choices, OFF(io_engine), 0, 0},
+    {{"dstl.io.direct", "false", "bool",
+      "write segments with O_DIRECT (aligned buffers; the last partial block goes through the page cache); "
+      "the file system must support it, else the storage open fails naming this key", 0},
+     K_BOOL, NULL, OFF(io_direct), 0, 0},
     {{"dstl.cache.dir", "", "text", "reader cache directory; empty = <dstl.local.dir>/cache", 0},
      K_TEXT, NULL, OFF(cache_dir), 0, 0},
     {{"dstl.cache.max-size", "1gb", "size", "reader cache size bound", 0},

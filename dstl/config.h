@@ -48,6 +48,7 @@ typedef struct {
     int compression;                     /* CFG_COMP_* */
     const char *encryption_key_file;
     int io_engine;                       /* CFG_IO_* */
+    int io_direct;                       /* dstl.io.direct: O_DIRECT segment writes */
     const char *cache_dir;               /* "" = <local_dir>/cache */
     uint64_t cache_max_size_bytes;
     uint64_t cache_idle_timeout_ms;

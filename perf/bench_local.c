@@ -29,6 +29,7 @@
 
 #include "dstl.h"
 #include "dstl/histo.h"
+#include "perf/perf_dump.h"
 #include "wire/wire.h"
 #include "tests/payload.h"
 
@@ -299,6 +300,7 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     printf("local.%s.w%d.floor_us_per_mb %.1f us/MB\n", pre, nwriters, floor);
     printf("local.%s.w%d.cpu_vs_floor %.2f x\n", pre, nwriters, floor > 0 ? cpu_per_mb / floor : 0);
     printf("local.%s.w%d.rss_peak_mb %.1f MB\n", pre, nwriters, rss_mb());
+    perf_dump(s, "local-%s-w%d", pre, nwriters);
 done:
     for (int t = 0; t < nthreads; t++) {
         for (int i = 0; i < jobs[t].nw; i++) dstl_writer_close(jobs[t].w[i]);
@@ -378,6 +380,7 @@ static int bench_commits(const char *dir, int n, double seconds)
     printf("local.commit_p50_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.5));
     printf("local.commit_p99_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.99));
     printf("local.commit_segments_s_w%d %.0f segments/s\n", n, (double)st.segments_written / el);
+    perf_dump(s, "local-commits-w%d", n);
     dstl_storage_close(s);
     free(jobs);
     free(th);

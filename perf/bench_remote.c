@@ -35,6 +35,7 @@
 #include "dstl/handle.h"
 #include "dstl/histo.h"
 #include "dstl/remote/remote.h"
+#include "perf/perf_dump.h"
 #include "tests/payload.h"
 
 /* Each writer owns a range of this many key groups (as a task of a keyed operator does: its
@@ -345,6 +346,7 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     printf("remote.w%d.%spersist_p99_us %" PRIu64 " us\n", n, tag, st.persist_p99_us);
     printf("remote.w%d.%ssegment_mean_bytes %.0f B\n", n, tag,
            st.segments_written ? (double)st.segment_bytes / (double)st.segments_written : 0.0);
+    perf_dump(s, "remote-%s-w%d", rate_mb_s > 0 ? "rate" : "flat", n);
     for (int t = 0; t < nt; t++) {
         for (int i = 0; i < jobs[t].nw; i++) dstl_writer_close(jobs[t].w[i]);
         free(jobs[t].w);

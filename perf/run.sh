@@ -6,12 +6,27 @@
 # durable sequential writes and fdatasync latency, RocksDB's WAL group commit for durable
 # commits, rclone and curl for S3. Data goes to a temp dir on the work tree's disk.
 # Nothing here asserts: goals are read off the ratio lines.
+#
+# The disk peer does DSTL's work: fio writes blocks of the mean segment size of DSTL's
+# fastest load run, one fdatasync after each, once through the page cache and once with
+# O_DIRECT, each twice and alternating with that DSTL run again (local.pairedR.mb_s);
+# local.vs_disk = the paired DSTL runs' MB/s / the better fio mode's (means of two). (The former
+# local.vs_fio, against 1 MiB blocks with an fdatasync each, compared different work and is
+# gone.) local.direct.w16.* is the w16 load run again with dstl.io.direct: true, and
+# local.direct_vs_buffered their ratio, the measurement behind that key's default.
+#
+# The report: perf-report/ (DSTL_PERF_REPORT to put it elsewhere) gets this run's lines, every
+# goal met or missed (judged on the median of this and the two runs before it, kept in
+# perf-report/history/) and PNG plots; perf/README.md says how to read it.
 set -uo pipefail
 B=${1:?usage: perf/run.sh BUILD_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d "${TMPDIR:-/tmp}/dstl-perf.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 SECS=${DSTL_PERF_SECONDS:-5}
+REPORT=${DSTL_PERF_REPORT:-$here/../perf-report}
+mkdir -p "$REPORT/prom" && rm -f "$REPORT"/prom/*.prom
+export DSTL_PERF_DUMP="$REPORT/prom"   # the benchmarks' histograms, for the plots
 out="$T/lines"
 : > "$out"
 emit() { tee -a "$out"; }
@@ -29,16 +44,43 @@ done
 rm -rf "$T/d"; "$B/perf/bench_local" load-enc "$T/d" 16 "$((SECS * 2))" | emit
 rm -rf "$T/d"; "$B/perf/bench_local" light "$T/d" 16 "$SECS" | emit
 rm -rf "$T/d"; "$B/perf/bench_local" commits "$T/d" 64 "$SECS" | emit
+rm -rf "$T/d"; DSTL_IO_DIRECT=true DSTL_PERF_DUMP= "$B/perf/bench_local" load "$T/d" 16 "$SECS" |
+  sed 's/^local\.load\.w16\./local.direct.w16./' | emit
 
 echo "# peers on the same disk"
-mkdir -p "$T/fio"
-fio --name=seq --directory="$T/fio" --ioengine=io_uring --rw=write --bs=1m --size=512m --fdatasync=1 \
-    --output-format=json 2>/dev/null > "$T/fio-seq.json"
-python3 - "$T/fio-seq.json" <<'EOF' | emit
+# DSTL's segment size: the mean of its fastest load run (MB/s over segments/s), in 4 KiB
+# multiples (O_DIRECT needs whole blocks)
+best=0; bestn=16
+for n in 1 16 256 1024; do
+  v=$(val "local.load.w$n.mb_s")
+  if python3 -c "import sys; sys.exit(0 if float('${v:-0}') > float('$best') else 1)"; then best=$v; bestn=$n; fi
+done
+seg=$(python3 -c "m=float('$(val local.load.w$bestn.mb_s)' or 0); s=float('$(val local.load.w$bestn.segments_s)' or 0); b=int(m*1e6/s) if s else 8<<20; print(max(4096, b//4096*4096))")
+echo "fio.seg_bytes $seg B" | emit
+# The disk's speed swings with the neighbours' I/O within a minute, so fio runs paired with
+# DSTL: twice, DSTL's best load run again, then fio buffered, then fio O_DIRECT, each SECS
+# long; local.vs_disk compares the paired DSTL runs with the better fio mode, means of two.
+size=$(python3 -c "print((2 << 30) // $seg * $seg)")
+for r in 1 2; do
+  rm -rf "$T/d"; DSTL_PERF_DUMP= "$B/perf/bench_local" load "$T/d" "$bestn" "$SECS" |
+    awk -v k="local.load.w$bestn.mb_s" -v r="$r" '$1 == k { print "local.paired" r ".mb_s", $2, $3 }' | emit
+  for mode in buffered direct; do
+    rm -rf "$T/fio"; mkdir -p "$T/fio"
+    d=0; [ "$mode" = direct ] && d=1
+    # a fresh file, allocated as it grows, as DSTL's segments are (no fallocate)
+    fio --name=seg --directory="$T/fio" --ioengine=io_uring --rw=write --bs="$seg" --size="$size" --fdatasync=1 \
+        --direct=$d --fallocate=none --runtime="$SECS" --output-format=json 2>/dev/null > "$T/fio-$mode.json"
+    python3 - "$T/fio-$mode.json" "$mode" "$r" <<'EOF' | emit
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
-print(f"fio.seq_fdatasync_mb_s {j['write']['bw_bytes'] / 1e6:.1f} MB/s")
+print(f"fio.seg_{sys.argv[2]}{sys.argv[3]}_mb_s {j['write']['bw_bytes'] / 1e6:.1f} MB/s")
 EOF
+  done
+done
+mean() { python3 -c "import sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{sum(v)/len(v):.1f}' if v else 'nan')" "$@"; }
+echo "fio.seg_buffered_mb_s $(mean "$(val fio.seg_buffered1_mb_s)" "$(val fio.seg_buffered2_mb_s)") MB/s" | emit
+echo "fio.seg_direct_mb_s $(mean "$(val fio.seg_direct1_mb_s)" "$(val fio.seg_direct2_mb_s)") MB/s" | emit
+echo "local.paired_mb_s $(mean "$(val local.paired1.mb_s)" "$(val local.paired2.mb_s)") MB/s" | emit
 rm -rf "$T/fio"; mkdir -p "$T/fio"
 fio --name=lat --directory="$T/fio" --ioengine=io_uring --rw=write --bs=4k --size=16m --fdatasync=1 \
     --output-format=json 2>/dev/null > "$T/fio-lat.json"
@@ -63,12 +105,11 @@ EOF
 rm -rf "$T/rocks"
 
 echo "# local ratios"
-best=0
-for n in 1 16 256 1024; do
-  v=$(val "local.load.w$n.mb_s"); best=$(python3 -c "print(max($best, ${v:-0}))")
-done
 echo "local.best_mb_s $best MB/s" | emit
-echo "local.vs_fio $(ratio "$best" "$(val fio.seq_fdatasync_mb_s)") x" | emit
+disk=$(python3 -c "print(max(float('$(val fio.seg_buffered_mb_s)' or 0), float('$(val fio.seg_direct_mb_s)' or 0)))")
+echo "local.disk_mb_s $disk MB/s" | emit
+echo "local.vs_disk $(ratio "$(val local.paired_mb_s)" "$disk") x" | emit
+echo "local.direct_vs_buffered $(ratio "$(val local.direct.w16.mb_s)" "$(val local.load.w16.mb_s)") x" | emit
 budget=$(python3 -c "print(10000 + 1.5 * float('$(val fio.fdatasync_4k_p99_us)' or 0))")
 echo "local.p99_budget_us $budget us" | emit
 echo "local.p99_vs_budget $(ratio "$(val local.light.w16.persist_p99_us)" "$budget") x" | emit
@@ -102,3 +143,6 @@ echo "# DSTL_PERF_S3_ENDPOINT and its keys name your own endpoint)"
     fi
   fi
 }
+
+echo "# report"
+python3 "$here/report.py" "$REPORT" "$out"

@@ -42,6 +42,7 @@ Test(dstl_config, defaults_match_design)
     cr_expect_eq(v.cache_max_size_bytes, 1ull << 30);
     cr_expect_eq(v.durability, CFG_DURABILITY_LOCAL);
     cr_expect_eq(v.io_engine, CFG_IO_URING);
+    cr_expect_eq(v.io_direct, 0);   /* measured: perf/README.md, dstl.io.direct */
     cr_expect_eq(v.s3_tls_verify, 1);
     dstl_config_free(c);
 }
@@ -91,7 +92,8 @@ Test(dstl_config, bad_values_name_the_key)
         {"dstl.upload.part-size", "1mb"}, {"dstl.upload.max-attempts", "0"},
         {"dstl.upload.max-attempts", "3x"}, {"dstl.s3.path-style", "maybe"},
         {"dstl.io.engine", "epoll"}, {"dstl.compression", "snappy"}, {"dstl.durability", "cloud"},
-        {"dstl.batch.persist-size-threshold", "99999999999999999999tb"},
+        {"dstl.batch.persist-size-threshold", "99999999999999999999tb"}, {"dstl.io.direct", "sometimes"},
+        {"dstl.io.direct", ""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dstl_config *c = new_config();

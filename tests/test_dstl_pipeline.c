@@ -10,6 +10,7 @@
  * wait is bounded by the future's contract (generous slack), so a hang is a failure.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,46 @@ Test(dstl_pipeline, group_commit_acknowledges_every_checkpoint_psync, .timeout =
 {
     group_commit_runs("psync");
 }
+
+/* ---- dstl.io.direct: the pipeline's segment buffers go to disk with O_DIRECT ---- */
+
+static void direct_segments(const char *engine)
+{
+    t_engine_or_skip(engine);
+    static const char *const codecs[] = {"none", "lz4"};
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++) {
+        char *dir = t_mkdtemp("direct");
+        dstl_storage *s = t_storage_open(dir, "dstl.io.direct", "true", "dstl.io.engine", engine,
+                                         "dstl.compression", codecs[c], NULL);
+        dstl_writer *w;
+        cr_assert_eq(dstl_writer_open(s, "d", 0, 63, &w), 0, "%s", dstl_last_error());
+        for (uint64_t cp = 1; cp <= 3; cp++) {   /* segments of a few hundred KiB, odd lengths */
+            uint64_t to = t_append_n(w, 0, 300 * cp, 0, 64, 3000);
+            dstl_handle *h = t_persist(w, 0, cp);
+            cr_assert_eq(t_verify(s, h, 0, 0, 64, 0, 63, 3000), (long)to, "%s/%s: checkpoint %" PRIu64, engine,
+                         codecs[c], cp);
+            dstl_handle_free(h);
+        }
+        dstl_stats st;
+        cr_assert_eq(dstl_storage_stats(s, &st), 0);
+        cr_assert_eq(st.segments_direct, st.segments_written, "%s/%s: %" PRIu64 " of %" PRIu64 " segments direct",
+                     engine, codecs[c], st.segments_direct, st.segments_written);
+        cr_assert_geq(st.segments_written, 3);
+        dstl_writer_close(w);
+        cr_assert_eq(dstl_storage_close(s), 0);
+        /* and a storage without the option reads them (they are plain segment files) */
+        s = t_storage_open(dir, "dstl.io.engine", engine, NULL);
+        cr_assert_eq(dstl_storage_stats(s, &st), 0);
+        cr_assert_eq(st.segments_direct, 0);
+        cr_assert_eq(dstl_storage_close(s), 0);
+        t_rm_rf(dir);
+        free(dir);
+    }
+}
+
+Test(dstl_pipeline, direct_segments_read_back_io_uring) { direct_segments("io_uring"); }
+Test(dstl_pipeline, direct_segments_read_back_libaio) { direct_segments("libaio"); }
+Test(dstl_pipeline, direct_segments_read_back_psync) { direct_segments("psync"); }
 
 /* ---- dstl.upload.max-in-flight is a hard bound, admission in arrival order ---- */
 

@@ -227,7 +227,7 @@ static void pcfs_stop(pcfs *fs)
 /* ---- trials --------------------------------------------------------------------------------- */
 
 typedef struct {
-    int trials, losing_trials, at_ack, no_ack;
+    int trials, losing_trials, at_ack, no_ack, direct;
     uint64_t handles, records, lost;
     int64_t ms;
 } tally;
@@ -236,8 +236,8 @@ typedef struct {
  * status (0 nothing lost, 1 an acknowledged record lost: a failure unless expect_loss); adds its
  * counts to *t. The trial's dir is removed when the trial passes; a failed assertion leaves it
  * for inspection (its path is in the message). */
-static int trial(const char *child_path, const char *engine, const char *mode, int cut_at_ack, uint64_t *rnd,
-                 tally *t, int expect_loss)
+static int trial(const char *child_path, const char *engine, int direct, const char *mode, int cut_at_ack,
+                 uint64_t *rnd, tally *t, int expect_loss)
 {
     int64_t t0 = now_ms();
     char child[4096];
@@ -262,9 +262,12 @@ static int trial(const char *child_path, const char *engine, const char *mode, i
     int delay_ms = cut_at_ack ? 0 : 10 + (int)(t_rand(rnd) % 290);
     snprintf(seed_s, sizeof seed_s, "%" PRIu64, child_seed);
     char what[512];
-    snprintf(what, sizeof what, "%s, engine %s, mode %s (seed %" PRIu64 "), child seed %s, cut %s %d%s; data in %s",
-             strrchr(child, '/') + 1, engine, mode, fs_seed, seed_s, cut_at_ack ? "after ack" : "after",
-             cut_at_ack ? cut_after : delay_ms, cut_at_ack ? "" : " ms", dir);
+    snprintf(what, sizeof what,
+             "%s, engine %s, dstl.io.direct %s, mode %s (seed %" PRIu64 "), child seed %s, cut %s %d%s; data in %s",
+             strrchr(child, '/') + 1, engine, direct ? "true" : "false", mode, fs_seed, seed_s,
+             cut_at_ack ? "after ack" : "after", cut_at_ack ? cut_after : delay_ms, cut_at_ack ? "" : " ms", dir);
+    /* the child and its verifier read dstl.io.direct from the environment (DSTL_IO_DIRECT) */
+    cr_assert_eq(setenv("DSTL_IO_DIRECT", direct ? "true" : "false", 1), 0);
 
     pcfs fs;
     pcfs_start(&fs, backing, mnt1, mode, fs_seed, fs1e);
@@ -337,6 +340,7 @@ static int trial(const char *child_path, const char *engine, const char *mode, i
                      slurp(verr));
     free(vo);
     t->trials++;
+    t->direct += direct;
     t->losing_trials += rc == 1;
     t->at_ack += cut_at_ack;
     t->no_ack += h == 0;
@@ -362,11 +366,16 @@ static void engine_trials(const char *engine)
     uint64_t rnd = seed0();
     tally t = {0};
     cr_log_info("power cut %s: %d trials, seed %" PRIu64, engine, n, rnd);
-    for (int i = 0; i < n; i++) trial(tool("crash_child"), engine, modes[i % 3], i % 2 == 0, &rnd, &t, 0);
-    cr_log_info("power cut %s: %d trials (%d cut right after an ack, %d after a delay, %d before any ack), %"
-                PRIu64 " acknowledged handles and %" PRIu64 " records checked, %" PRIu64 " lost, %.1f s",
-                engine, t.trials, t.at_ack, t.trials - t.at_ack, t.no_ack, t.handles, t.records, t.lost,
+    /* dstl.io.direct on in every other pair of trials: each setting meets both kinds of cut */
+    for (int i = 0; i < n; i++)
+        trial(tool("crash_child"), engine, (i / 2) % 2, modes[i % 3], i % 2 == 0, &rnd, &t, 0);
+    cr_log_info("power cut %s: %d trials (%d with dstl.io.direct, %d cut right after an ack, %d after a delay, "
+                "%d before any ack), %" PRIu64 " acknowledged handles and %" PRIu64 " records checked, %" PRIu64
+                " lost, %.1f s",
+                engine, t.trials, t.direct, t.at_ack, t.trials - t.at_ack, t.no_ack, t.handles, t.records, t.lost,
                 (double)t.ms / 1000);
+    cr_assert_gt(t.direct, 0);
+    cr_assert_lt(t.direct, t.trials);
     cr_assert_eq(t.lost, 0);
 }
 
@@ -393,7 +402,7 @@ static void bite(const char *variant)
     uint64_t rnd = seed0();
     tally t = {0};
     int i;
-    for (i = 0; i < BITE_TRIALS && t.losing_trials == 0; i++) trial(tool(variant), engines[i % 3], "drop", 1, &rnd, &t, 1);
+    for (i = 0; i < BITE_TRIALS && t.losing_trials == 0; i++) trial(tool(variant), engines[i % 3], i % 2, "drop", 1, &rnd, &t, 1);
     cr_log_info("power cut with %s: %d trial(s) until a loss; %" PRIu64 " of %" PRIu64 " acknowledged handles lost",
                 variant, t.trials, t.lost, t.handles);
     cr_assert_gt(t.losing_trials, 0, "%d trials with %s lost no acknowledged record: the simulator forgives the "

@@ -545,6 +545,77 @@ Test(dstl_segstore, short_writes_are_completed_transparently)
     }
 }
 
+/* ---- dstl.io.direct --------------------------------------------------------------------------- */
+
+static segstore *open_direct_store(const char *engine, struct ioeng_fault *f)
+{
+    t_engine_or_skip(engine);
+    struct segstore_opts o = {.dir = store_dir, .engine = engine, .fault = f, .direct = true};
+    segstore *s = NULL;
+    cr_assert_eq(segstore_open(&o, &s), 0, "open %s with O_DIRECT: %s", engine, dstl_last_error());
+    return s;
+}
+
+/* Writes len bytes of segment `seed` from buf (its own buffer) as name, waits, checks the
+ * outcome and the file byte for byte. */
+static void write_and_expect(segstore *s, const char *engine, unsigned seed, unsigned char *buf, size_t len)
+{
+    char name[64];
+    snprintf(name, sizeof name, "d-%u.seg", seed);
+    fill(buf, len, seed);
+    struct outcome o[1] = {0};
+    cr_assert_eq(write_seg(s, name, buf, len, o), 0, "%s", dstl_last_error());
+    wait_for(s, o, 1);
+    cr_assert_eq(o[0].res, 0, "%s, %zu bytes: %s", engine, len, o[0].detail);
+    expect_segment(name, buf, len);
+}
+
+Test(dstl_segstore, direct_writes_aligned_head_and_page_cache_tail_on_every_engine)
+{
+    /* aligned lengths with and without a tail, one below a block, one over a MiB */
+    static const size_t lens[] = {3 * 4096 + 123, 8192, 1000, (1u << 20) + 7};
+    const size_t n = sizeof lens / sizeof lens[0];
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 2u << 20);
+    cr_assert(buf);
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        segstore *s = open_direct_store(engines[k], NULL);
+        for (size_t i = 0; i < n; i++) write_and_expect(s, engines[k], (unsigned)(k * 100 + i), buf, lens[i]);
+        cr_assert_eq(segstore_direct_writes(s), 3, "%s: segments of 4 KiB and more go direct", engines[k]);
+        /* a buffer off the alignment goes through the page cache whole */
+        write_and_expect(s, engines[k], (unsigned)(k * 100 + n), buf + 1, 9000);
+        cr_assert_eq(segstore_direct_writes(s), 3, "%s: an unaligned buffer went direct", engines[k]);
+        cr_assert_eq(segstore_failed(s), 0);
+        segstore_close(s);
+        /* no probe file left behind: the dir holds the segments only */
+        char name[64];
+        snprintf(name, sizeof name, ".direct-probe-%ld", (long)getpid());
+        cr_assert_not(file_exists(name));
+    }
+    free(buf);
+}
+
+Test(dstl_segstore, short_direct_writes_finish_through_the_page_cache)
+{
+    /* A short write halves the request: 5 x 4 KiB stops at 10 KiB, off the 4 KiB alignment,
+     * so the rest must go without O_DIRECT (ioeng.c op_step) and the file still be whole. */
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 6 * 4096);
+    cr_assert(buf);
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        struct ioeng_fault *f;
+        cr_assert_eq(ioeng_fault_new(&f), 0);
+        cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 1, IOENG_FAULT_SHORT), 0);
+        cr_assert_eq(ioeng_fault_add(f, IOENG_OP_WRITE, 2, IOENG_FAULT_SHORT), 0);
+        segstore *s = open_direct_store(engines[k], f);
+        write_and_expect(s, engines[k], (unsigned)(k * 100), buf, 5 * 4096 + 99);
+        write_and_expect(s, engines[k], (unsigned)(k * 100 + 1), buf, 5 * 4096);
+        cr_assert_eq(ioeng_fault_fired(f), 2, "%s", engines[k]);
+        cr_assert_eq(segstore_direct_writes(s), 2);
+        segstore_close(s);
+        ioeng_fault_free(f);
+    }
+    free(buf);
+}
+
 /* ---- any-thread helpers, open ------------------------------------------------------------------ */
 
 Test(dstl_segstore, read_at_reads_ranges_and_names_missing_files)

@@ -361,6 +361,26 @@ static void round_trip(size_t nsecs, size_t max_rec, size_t max_bytes, int kg_mo
     mseg_free(&m);
 }
 
+/* One section of n records (key groups, meta flags and lengths given) encoded with every
+ * compression up to max_comp, each checked record by record. */
+static void round_trip_section(const char *id, uint64_t seq_first, size_t n, const uint32_t *kg, const int *meta,
+                               const uint32_t *len, uint64_t seed, int max_comp)
+{
+    mseg m = {0};
+    m.nsecs = 1;
+    m.secs = calloc(1, sizeof *m.secs);
+    msec_build(&m.secs[0], id, seq_first, n, kg, meta, len, seed);
+    mseg_finish(&m);
+    for (int comp = 0; comp <= max_comp; comp++) {
+        wire_seg_opts o = sample_opts(comp);
+        wire_segment_out out;
+        encode_ok(&m, &o, &out);
+        check_segment(&m, &out, &o);
+        wire_segment_out_free(&out);
+    }
+    mseg_free(&m);
+}
+
 Test(wire_segment, round_trips_random, .timeout = 60)
 {
     rng_state = 1;
@@ -374,10 +394,7 @@ Test(wire_segment, round_trips_extremes, .timeout = 60)
     rng_state = 2;
     round_trip(256, 8, 1u << 20, KG_DENSE, WIRE_COMP_NONE);      /* 256 writers */
     round_trip(256, 4, 1u << 19, KG_SPARSE, WIRE_COMP_LZ4);
-    mseg m = {0};                                                 /* 10,000 records in one section */
-    m.nsecs = 1;
-    m.secs = calloc(1, sizeof *m.secs);
-    size_t n = 10000;
+    size_t n = 10000;                                             /* 10,000 records in one section */
     uint32_t *kg = malloc(n * 4), *len = malloc(n * 4);
     int *meta = malloc(n * sizeof *meta);
     for (size_t i = 0; i < n; i++) {
@@ -387,19 +404,37 @@ Test(wire_segment, round_trips_extremes, .timeout = 60)
     }
     len[17] = 65536;                                              /* the largest payload */
     len[18] = 0;
-    msec_build(&m.secs[0], "big", UINT64_MAX - 20000, n, kg, meta, len, 9);
-    mseg_finish(&m);
-    for (int comp = 0; comp <= 2; comp++) {
-        wire_seg_opts o = sample_opts(comp);
-        wire_segment_out out;
-        encode_ok(&m, &o, &out);
-        check_segment(&m, &out, &o);
-        wire_segment_out_free(&out);
+    round_trip_section("big", UINT64_MAX - 20000, n, kg, meta, len, 9, WIRE_COMP_ZSTD);
+    free(kg);
+    free(len);
+    free(meta);
+}
+
+/* The scan counts into a table it grows as key groups appear (segment_enc.c): downwards,
+ * upwards, from both ends, and past its span limit while few records are in (the count pass
+ * then takes over, though the range ends dense) — each must give the layout the decoder
+ * checks, run by run. */
+Test(wire_segment, round_trips_every_way_the_scan_table_grows, .timeout = 60)
+{
+    rng_state = 3;
+    enum { N = 6000 };
+    uint32_t *kg = malloc(N * 4), *len = malloc(N * 4);
+    int *meta = malloc(N * sizeof *meta);
+    for (int pattern = 0; pattern < 5; pattern++) {
+        for (size_t i = 0; i < N; i++) {
+            kg[i] = pattern == 0 ? (uint32_t)(N - i)                       /* descending */
+                  : pattern == 1 ? (uint32_t)(100000 + i)                  /* ascending */
+                  : pattern == 2 ? (uint32_t)(i % 2 ? 3000 - i / 2 : 3000 + i / 2) /* both ends */
+                  : pattern == 3 ? (uint32_t)(i == 0 ? 0 : i == 1 ? 20000 : rnd(20001)) /* far first */
+                                 : (uint32_t)(i < 100 ? i * 90 : 9000 - i);  /* wide, then filled */
+            meta[i] = rnd(40) == 0;
+            len[i] = (uint32_t)rnd(150);
+        }
+        round_trip_section("grow", 1000, N, kg, meta, len, (uint64_t)pattern, WIRE_COMP_LZ4);
     }
     free(kg);
     free(len);
     free(meta);
-    mseg_free(&m);
 }
 
 Test(wire_segment, lz4_and_zstd_compress_and_round_trip)

@@ -2,16 +2,21 @@
  * wire/segment_enc.c — builds a segment (FORMAT.md) from the writers' pending records.
  *
  * This runs for every persisted byte, so each section is built with a counting sort by key
- * group straight into the output buffer:
- *   pass 1 (scan)  walks the record headers: count, payload bytes, key-group min/max;
- *   pass 2 (count) sizes each key-group run (the framing's varints depend on the seq gaps);
- *   pass 3 (copy)  writes each record's framing and payload at its run's cursor.
- * Then each run's CRC32C, over the run just written (in cache; three-lane hardware CRC), and
- * the section's CRC joined from the runs' CRCs (wire_crc32c_combine) instead of a second
- * pass. (A CRC per record inside the copy loop was slower: each is a serial chain of crc32
- * instructions.) Compression (when asked) works from a scratch copy of the raw body in the
- * tail of the output buffer. The footer is sized before the sections are written, so the
- * output is allocated once, at its final size (or the codec bound), and packed last.
+ * group straight into the output buffer, in two passes over the records:
+ *   pass 1 (scan)  walks the record headers: validates them, finds the key-group range, and
+ *                  counts each key group's records and framed bytes (the framing's varints
+ *                  depend on the seq gaps) into a table grown as key groups appear; key groups
+ *                  too far apart for it get a count pass of their own (plan_slots);
+ *   pass 2 (copy)  writes each record's framing at its run's cursor and copies its payload
+ *                  while checksumming it into the run's CRC32C (wire_crc32c_copy): each byte
+ *                  is read once. The section's CRC is joined from the runs' CRCs
+ *                  (wire_crc32c_combine) instead of another pass.
+ * Both passes are bound by memory, not instructions: the scan prefetches the records ahead
+ * of it, and the copy the lines each run writes next (one cursor per key group is too many
+ * streams for the hardware prefetcher). Compression (when asked) works from a scratch copy of
+ * the raw body in the tail of the output buffer. The footer is sized before the sections are
+ * written, so the output is allocated once, at its final size (or the codec bound), and packed
+ * last.
  *
  * Key groups index the per-run counters directly when their range is small next to the
  * record count (the usual case: a task owns a contiguous range of key groups); otherwise the
@@ -81,8 +86,55 @@ static size_t slot_of(const sec_plan *pl, uint32_t lf, uint32_t kg)
     return lo;
 }
 
-/* Pass 1: validates the spans (whole records, count == nrec) and sizes the slot table. */
-static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
+/* Adds record i (relative seq; payload len) to slot k: its framed size and the seq it follows. */
+static inline void slot_count(kg_slot *k, uint64_t i, size_t len)
+{
+    k->bytes += wire_varint_len(i - k->expect) + wire_varint_len(len) + len;
+    k->expect = i + 1;
+    k->count++;
+}
+
+/* The scan counts into a table indexed by key group - lo, grown as key groups appear, while it
+ * spans at most DENSE_SPAN_MIN slots or the dense rule's 4 x records + 64; past that (key
+ * groups far apart) it stops counting and plan_slots counts in a pass of its own. */
+#define DENSE_SPAN_MIN 4096u
+
+typedef struct {
+    kg_slot *tab;
+    uint64_t lo, cap;
+    kg_slot meta;
+    int off;            /* 1: gave up counting */
+} scan_count;
+
+/* Makes c's table cover kg (nseen data records so far). 0, 1 when it gave up, -ENOMEM. */
+static int cover(scan_count *c, uint32_t kg, uint64_t nseen)
+{
+    uint64_t nlo = c->cap && c->lo < kg ? c->lo : kg;
+    uint64_t nhi = c->cap && c->lo + c->cap > (uint64_t)kg + 1 ? c->lo + c->cap : (uint64_t)kg + 1;
+    uint64_t limit = 4 * nseen + 64 > DENSE_SPAN_MIN ? 4 * nseen + 64 : DENSE_SPAN_MIN;
+    if (nhi - nlo > limit) {
+        c->off = 1;
+        return 1;
+    }
+    uint64_t cap = 2 * c->cap > nhi - nlo ? 2 * c->cap : nhi - nlo;
+    if (cap < 8) cap = 8;   /* small: a commit-sized section holds one or two records */
+    if (cap > limit) cap = limit;
+    /* growing down leaves the headroom below, growing up above */
+    uint64_t lo = kg < c->lo && c->cap ? (nhi > cap ? nhi - cap : 0) : nlo;
+    if (lo > nlo) lo = nlo;
+    kg_slot *t = calloc((size_t)cap, sizeof *t);
+    if (!t) return -ENOMEM;
+    if (c->cap) memcpy(t + (c->lo - lo), c->tab, (size_t)c->cap * sizeof *t);
+    free(c->tab);
+    c->tab = t;
+    c->lo = lo;
+    c->cap = cap;
+    return 0;
+}
+
+/* Pass 1 (scan): validates the spans (whole records, count == nrec), finds the key-group
+ * range, and counts each key group's records and framed bytes on the way (scan_count). */
+static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_count *c, wire_err *err)
 {
     if (!s->writer_id || !s->writer_id[0])
         return wire_fail(err, -EINVAL, "section %zu: empty writer id", si);
@@ -98,16 +150,23 @@ static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_
         while (p < end) {
             uint32_t lf = (size_t)(end - p) >= WIRE_REC_HDR ? wire_le32(p) : 0;
             size_t len = lf & WIRE_REC_MAX_LEN;
+            __builtin_prefetch(p + 1024);
             if ((size_t)(end - p) < WIRE_REC_HDR || wire_rec_size(len) > (size_t)(end - p))
                 return wire_fail(err, -EINVAL, "section %zu (%s) span %zu offset %zu: torn record",
                                  si, s->writer_id, sp, (size_t)(p - s->spans[sp].p));
             if (lf & WIRE_REC_META) {
                 pl->nmeta++;
+                slot_count(&c->meta, n, len);
             } else {
                 uint32_t kg = wire_le32(p + 4);
                 if (kg < pl->kg_min) pl->kg_min = kg;
                 if (kg > pl->kg_max) pl->kg_max = kg;
                 pl->ndata++;
+                if (!c->off && (kg < c->lo || kg - c->lo >= c->cap || !c->cap)) {
+                    int rc = cover(c, kg, pl->ndata);
+                    if (rc < 0) return rc;
+                }
+                if (!c->off) slot_count(&c->tab[kg - c->lo], n, len);
             }
             pl->data_bytes += len;
             p += wire_rec_size(len);
@@ -117,8 +176,29 @@ static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_
     if (n != s->nrec)
         return wire_fail(err, -EINVAL, "section %zu (%s): %llu records in spans, nrec %llu", si,
                          s->writer_id, (unsigned long long)n, (unsigned long long)s->nrec);
+    return 0;
+}
+
+/* The fallback count pass, for key groups too far apart for the scan's table: framed size of
+ * every run. */
+static void count_section(const wire_section_in *s, sec_plan *pl)
+{
+    kg_slot *slots = pl->slots;
+    FOR_EACH_RECORD(s, p, i, {
+        uint32_t lf = wire_le32(p);
+        slot_count(&slots[slot_of(pl, lf, wire_le32(p + 4))], i, lf & WIRE_REC_MAX_LEN);
+    });
+}
+
+/* Builds the slot table (data slots by key group — dense over [kg_min, kg_max] when that
+ * range is small next to the record count, else the sorted distinct key groups — then the
+ * meta slot) with each run's size, from the scan's counts or a count pass, and assigns run
+ * offsets (data runs by key group, meta last). Frees c's table. */
+static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
+{
     uint64_t range = pl->ndata ? (uint64_t)pl->kg_max - pl->kg_min + 1 : 0;
-    if (range > 4 * pl->ndata + 64) {
+    int sparse = range > 4 * pl->ndata + 64;
+    if (sparse) {
         pl->uniq = malloc(pl->ndata * sizeof *pl->uniq);
         if (!pl->uniq) return -ENOMEM;
         size_t k = 0;
@@ -135,21 +215,16 @@ static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_
     }
     pl->nslots = (size_t)range + 1;
     pl->slots = calloc(pl->nslots, sizeof *pl->slots);
-    return pl->slots ? 0 : -ENOMEM;
-}
-
-/* Pass 2: framed size of every run; assigns run offsets (data runs by key group, meta last). */
-static void count_section(const wire_section_in *s, sec_plan *pl)
-{
+    if (!pl->slots) return -ENOMEM;
     kg_slot *slots = pl->slots;
-    FOR_EACH_RECORD(s, p, i, {
-        uint32_t lf = wire_le32(p);
-        kg_slot *k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
-        size_t len = lf & WIRE_REC_MAX_LEN;
-        k->bytes += wire_varint_len(i - k->expect) + wire_varint_len(len) + len;
-        k->expect = i + 1;
-        k->count++;
-    });
+    if (sparse || c->off) {
+        count_section(s, pl);
+    } else {
+        if (range) memcpy(slots, c->tab + (pl->kg_min - c->lo), (size_t)range * sizeof *slots);
+        slots[pl->nslots - 1] = c->meta;
+    }
+    free(c->tab);
+    c->tab = NULL;
     uint64_t off = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
         slots[j].off = slots[j].cursor = off;
@@ -159,6 +234,7 @@ static void count_section(const wire_section_in *s, sec_plan *pl)
         pl->nruns += slots[j].count != 0;
     }
     pl->raw_len = off;
+    return 0;
 }
 
 /* The seq gap as a varint, without branches for gaps below 2^14 (a run's records are often
@@ -173,38 +249,40 @@ static inline uint8_t *put_seq_delta(uint8_t *d, uint64_t v)
     return d + 1 + two;
 }
 
-/* memcpy for a record's payload: most are short, where a library call costs as much as the
- * copy; overlapping 16-byte moves never touch bytes outside [0, n). */
-static inline void copy_payload(uint8_t *d, const uint8_t *s, size_t n)
-{
-    if (n > 128 || n < 16) {
-        memcpy(d, s, n);
-        return;
-    }
-    for (size_t i = 0; i + 16 < n; i += 16) memcpy(d + i, s + i, 16);
-    memcpy(d + n - 16, s + n - 16, 16);
-}
-
-/* Pass 3: writes the raw body (pl->raw_len bytes), then each run's CRC; returns the CRC of
- * the whole body, joined from the runs' CRCs without reading the body again. */
+/* Pass 2 (copy): writes the raw body (pl->raw_len bytes): each record's framing at its run's
+ * cursor, then its payload copied and checksummed together into the run's CRC
+ * (wire_crc32c_copy), so every byte is read once; returns the CRC of the whole body, joined
+ * from the runs' CRCs without reading the body again. The runs' cursors are scattered over the
+ * body (one per key group), too many streams for the hardware prefetcher: each record asks
+ * for the lines its run writes next, so the next record of that run finds them in cache. */
 static uint32_t copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *body)
 {
     kg_slot *slots = pl->slots;
+    wire_crc32c_copy_fn copy = wire_crc32c_copy_impl();
+    for (size_t j = 0; j < pl->nslots; j++) slots[j].crc = UINT32_MAX;   /* the raw register */
     FOR_EACH_RECORD(s, p, i, {
         uint32_t lf = wire_le32(p);
         kg_slot *k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
         size_t len = lf & WIRE_REC_MAX_LEN;
-        uint8_t *d = put_seq_delta(body + k->cursor, i - k->expect);
-        d = wire_varint_put(d, len);
-        copy_payload(d, p + WIRE_REC_HDR, len);
+        uint8_t *h = body + k->cursor;
+        __builtin_prefetch(p + 1024);
+        __builtin_prefetch(h + 128, 1, 2);   /* into L2: the next record of this run is far off */
+        __builtin_prefetch(h + 192, 1, 2);
+        uint8_t fr[24];   /* the framing, built here, stored with one fixed-size move */
+        uint8_t *e = wire_varint_put(put_seq_delta(fr, i - k->expect), len);
+        size_t hn = (size_t)(e - fr);
+        if (hn + len >= 16)
+            memcpy(h, fr, 16);   /* the payload overwrites what lies past the framing */
+        else
+            memcpy(h, fr, hn);
+        k->crc = copy(k->crc, fr, hn, h + hn, p + WIRE_REC_HDR, len);
         k->expect = i + 1;
-        k->cursor = (uint64_t)(d + len - body);
+        k->cursor = k->cursor + hn + len;
     });
     uint32_t crc = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
-        if (!slots[j].count) continue;
-        slots[j].crc = wire_crc32c(0, body + slots[j].off, slots[j].bytes);
-        crc = wire_crc32c_combine(crc, slots[j].crc, slots[j].bytes);
+        slots[j].crc = ~slots[j].crc;
+        if (slots[j].count) crc = wire_crc32c_combine(crc, slots[j].crc, slots[j].bytes);
     }
     return crc;
 }
@@ -435,8 +513,11 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     uint64_t raw_max = 0;
     for (size_t i = 0; i < nsecs; i++) {
         sec_plan *pl = &t.plans[i];
-        if ((rc = scan_section(&secs[i], i, pl, err)) < 0) goto fail;
-        count_section(&secs[i], pl);
+        scan_count c = {0};
+        rc = scan_section(&secs[i], i, pl, &c, err);
+        if (rc == 0) rc = plan_slots(&secs[i], pl, &c);
+        free(c.tab);
+        if (rc < 0) goto fail;
         if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0) {
             rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
                            (unsigned long long)pl->raw_len);

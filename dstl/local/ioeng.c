@@ -30,6 +30,7 @@
  *  - Completions reach the caller only through ioeng_reap.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,7 @@ struct ioeng_op {
     int fd;
     uint8_t kind;               /* enum ioeng_kind of the operation                   */
     uint8_t sync_after;         /* write then fdatasync                               */
+    uint8_t direct;             /* IOENG_WRITE_DIRECT: fd has O_DIRECT until cleared  */
     uint8_t synced;             /* a sync covering the whole buffer succeeded         */
     uint8_t inflight;           /* raw requests in the engine                         */
     uint8_t retries;
@@ -218,9 +220,25 @@ static int op_needs_sync(const struct ioeng_op *op)
     return (op->kind != IOENG_OP_WRITE || op->sync_after) && !op->synced;
 }
 
+static void record_err(struct ioeng_op *op, int res, int stage)
+{
+    if (!op->err || (stage != IOENG_OP_WRITE && op->err_stage == IOENG_OP_WRITE)) {
+        op->err = res;
+        op->err_stage = stage;
+    }
+}
+
 /* Called when the operation has no request outstanding: queue the next step or finish. */
 static void op_step(ioeng *e, struct ioeng_op *op)
 {
+    if (op->direct && op_needs_write(op) && (op->done % IOENG_DIRECT_ALIGN)) {
+        /* A direct write came up short at an unaligned offset: the kernel refuses the rest
+         * with O_DIRECT, so it goes through the page cache (the linked fdatasync still
+         * covers it). Nothing of this operation is in the kernel now. */
+        int fl = fcntl(op->fd, F_GETFL);
+        if (fl < 0 || fcntl(op->fd, F_SETFL, fl & ~O_DIRECT) < 0) record_err(op, -errno, IOENG_OP_WRITE);
+        op->direct = 0;
+    }
     if (!op->err && (op_needs_write(op) || op_needs_sync(op)))
         list_push(&e->backlog_head, &e->backlog_tail, op);
     else
@@ -287,14 +305,6 @@ static int push(ioeng *e)
     return 0;
 }
 
-static void record_err(struct ioeng_op *op, int res, int stage)
-{
-    if (!op->err || (stage != IOENG_OP_WRITE && op->err_stage == IOENG_OP_WRITE)) {
-        op->err = res;
-        op->err_stage = stage;
-    }
-}
-
 static void retry_or_fail(struct ioeng_op *op, int res, int stage)
 {
     if (++op->retries > IOENG_RETRY_MAX) record_err(op, res, stage);
@@ -348,7 +358,7 @@ static int harvest(ioeng *e, int wait)
 }
 
 static int queue_op(ioeng *e, int kind, int fd, const void *buf, size_t len, uint64_t off,
-                    int sync_after, uint64_t tag)
+                    unsigned flags, uint64_t tag)
 {
     struct ioeng_op *op = op_alloc(e);
     if (!op)
@@ -360,7 +370,8 @@ static int queue_op(ioeng *e, int kind, int fd, const void *buf, size_t len, uin
     op->buf = buf;
     op->len = len;
     op->off = off;
-    op->sync_after = (uint8_t)sync_after;
+    op->sync_after = (flags & IOENG_WRITE_FDATASYNC) != 0;
+    op->direct = (flags & IOENG_WRITE_DIRECT) != 0;
     e->pending++;
     op_step(e, op);
     backlog_flush(e);
@@ -371,8 +382,7 @@ static int queue_op(ioeng *e, int kind, int fd, const void *buf, size_t len, uin
 int ioeng_write(ioeng *e, int fd, const void *buf, size_t len, uint64_t off, unsigned flags,
                 uint64_t tag)
 {
-    return queue_op(e, IOENG_OP_WRITE, fd, buf, len, off, (flags & IOENG_WRITE_FDATASYNC) != 0,
-                    tag);
+    return queue_op(e, IOENG_OP_WRITE, fd, buf, len, off, flags, tag);
 }
 
 int ioeng_fdatasync(ioeng *e, int fd, uint64_t tag)

@@ -41,6 +41,15 @@ enum ioeng_kind {
 /* ioeng_write flag: after the whole buffer is written, fdatasync the file; the completion comes
  * after both (io_uring links the two requests; the other engines chain them). */
 #define IOENG_WRITE_FDATASYNC 0x1u
+/* ioeng_write flag: fd is open with O_DIRECT, and buf, len and off are multiples of
+ * IOENG_DIRECT_ALIGN. A short write that stops at an offset that is not is continued through
+ * the page cache: the front end clears O_DIRECT on fd (fcntl F_SETFL; the operation is the only
+ * one on that fd, and nothing of it is in the kernel then) before it issues the rest. The
+ * linked fdatasync covers both parts, as for any continued write. */
+#define IOENG_WRITE_DIRECT 0x2u
+/* Alignment of O_DIRECT writes: file offset, length and memory address. 4 KiB is the largest
+ * logical block size of common devices (512 B and 4 KiB), so it suits every one of them. */
+#define IOENG_DIRECT_ALIGN 4096u
 
 /* Options; 0/NULL fields take the default. */
 struct ioeng_opts {

@@ -202,3 +202,67 @@ int segstore_list(const char *dir, segstore_list_fn cb, void *ctx)
     segs_ctx c = {dir, cb, ctx};
     return list_suffix(dir, SEGSTORE_SUFFIX, visit_segment, &c);
 }
+
+/* ---- the run's lock, reachability (for the store: segstore.c) ---- */
+
+/* Attempts at taking the run's lock file when a gc removes it in between. */
+#define LOCK_TRIES 8
+
+int segfile_run_lock(int dir_fd, const char *dir, const char *owner, int *lock_fd)
+{
+    char name[NAME_MAX + 1];
+    int rc = segfile_lock_name(owner, name, sizeof name);
+    if (rc < 0) return rc;
+    int fd = -1;
+    /* A gc removes the lock file of a dead run under that file's lock; if it took our file
+     * for a dead run's between our create and our flock, the inode we locked has no name any
+     * more: create it again (twice is already a race no real gc makes). */
+    for (int tries = 0; fd < 0 && tries < LOCK_TRIES; tries++) {
+        fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return err_fail(-errno, "lock %s/%s: %s", dir, name, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            rc = -errno;
+            close(fd);
+            return err_fail(rc, "lock %s/%s: %s (another storage holds this run id?)", dir, name, strerror(-rc));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) < 0 || fstatat(dir_fd, name, &b, 0) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0) return err_fail(-EAGAIN, "lock %s/%s: removed each time it was taken", dir, name);
+    /* The content is for people (who holds it); never synced: after a crash nobody holds it. */
+    char info[128];
+    int n = snprintf(info, sizeof info, "dstl run %s, pid %ld\n", owner, (long)getpid());
+    if (n > 0 && ftruncate(fd, 0) == 0 && pwrite(fd, info, (size_t)n, 0) < 0) {
+        /* informational only */
+    }
+    *lock_fd = fd;
+    return 0;
+}
+
+int segfile_reachable(int fd, const char *dir, dev_t dir_dev, ino_t dir_ino, const char *name, char *why, size_t cap)
+{
+    struct stat st, dst;
+    if (fstat(fd, &st) < 0) {
+        snprintf(why, cap, "fstat %s/%s: %s", dir, name, strerror(errno));
+        return -EIO;
+    }
+    if (st.st_nlink == 0) {
+        snprintf(why, cap, "%s/%s has no directory entry after its fdatasync (removed, or the directory was)",
+                 dir, name);
+        return -EIO;
+    }
+    if (stat(dir, &dst) < 0) {
+        snprintf(why, cap, "the directory %s is gone while in use (%s): %s is not reachable", dir, strerror(errno),
+                 name);
+        return -EIO;
+    }
+    if (dst.st_dev != dir_dev || dst.st_ino != dir_ino) {
+        snprintf(why, cap, "the directory %s was replaced while in use (another directory is there now): "
+                 "%s is not reachable", dir, name);
+        return -EIO;
+    }
+    return 0;
+}

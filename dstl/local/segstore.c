@@ -104,6 +104,8 @@ struct segstore {
     dev_t dir_dev;                  /* the directory opened: o->dir must still name it      */
     ino_t dir_ino;
     atomic_bool unlink_dirty;       /* an unlink since the last directory fsync started     */
+    bool direct;                    /* dstl.io.direct: segment writes with O_DIRECT         */
+    atomic_uint_fast64_t direct_writes; /* written so (segstore_direct_writes: any thread)  */
 
     /* the run's ownership lock (pipeline thread): taken before the first file is created */
     char *owner;                    /* NULL: no lock                                        */
@@ -285,6 +287,30 @@ static int make_dir(const char *dir)
     return 0;
 }
 
+/* Whether the store's file system takes O_DIRECT: a probe file opened with it, removed at
+ * once (a crash in between leaves a dot file no gc or reader looks at). 0, or -EINVAL with a
+ * detail naming dstl.io.direct, or the -errno of the probe's create. */
+static int probe_direct(const segstore *s)
+{
+    char name[64];
+    snprintf(name, sizeof name, ".direct-probe-%ld", (long)getpid());
+    int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) { /* a crashed probe of a process with our pid */
+        unlinkat(s->dir_fd, name, 0);
+        fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    }
+    if (fd < 0) {
+        int rc = -errno;
+        if (rc == -EINVAL)
+            return err_fail(-EINVAL, "dstl.io.direct: the file system of %s refuses O_DIRECT; set "
+                                     "dstl.io.direct: false", s->dir);
+        return err_fail(rc, "dstl.io.direct: probe %s/%s: %s", s->dir, name, strerror(-rc));
+    }
+    close(fd);
+    unlinkat(s->dir_fd, name, 0);
+    return 0;
+}
+
 int segstore_open(const struct segstore_opts *o, segstore **out)
 {
     if (!o || !o->dir || !o->dir[0]) return err_fail(-EINVAL, "local store: no directory given");
@@ -309,6 +335,14 @@ int segstore_open(const struct segstore_opts *o, segstore **out)
     }
     s->dir_dev = dst.st_dev;
     s->dir_ino = dst.st_ino;
+    s->direct = o->direct;
+    if (s->direct && (rc = probe_direct(s)) < 0) {
+        close(s->dir_fd);
+        free(s->owner);
+        free(s->dir);
+        free(s);
+        return rc;
+    }
     struct ioeng_opts eo = {.engine = o->engine, .queue_depth = o->queue_depth,
                             .fault = o->fault};
     rc = ioeng_open(&eo, &s->io);
@@ -345,81 +379,20 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
 
 /* ---- ownership ------------------------------------------------------------------------------ */
 
-/* Attempts at taking the run's lock file when a gc removes it in between (see owner_lock). */
-#define LOCK_TRIES 8
-
 /* Takes the run's lock before the store creates its first file, so that a gc in any process
- * sees a file of this run only while the lock says the run is alive. The file's content is
- * for people (who holds it); it is never synced: after a crash nobody holds the lock anyway. */
+ * sees a file of this run only while the lock says the run is alive (segfile_run_lock). */
 static int owner_lock(segstore *s)
 {
     if (!s->owner || s->lock_fd >= 0) return 0;
-    char name[NAME_MAX + 1];
-    int rc = segfile_lock_name(s->owner, name, sizeof name);
-    if (rc < 0) return rc;
-    int fd = -1;
-    /* A gc removes the lock file of a dead run under that file's lock; if it took our file
-     * for a dead run's between our create and our flock, the inode we locked has no name any
-     * more: create it again (twice is already a race no real gc makes). */
-    for (int tries = 0; fd < 0 && tries < LOCK_TRIES; tries++) {
-        fd = openat(s->dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            rc = err_fail(-errno, "lock %s/%s: %s", s->dir, name, strerror(errno));
-            snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
-            return rc;
-        }
-        if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-            rc = -errno;
-            close(fd);
-            err_fail(rc, "lock %s/%s: %s (another storage holds this run id?)", s->dir, name, strerror(-rc));
-            snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
-            return rc;
-        }
-        struct stat a, b;
-        if (fstat(fd, &a) < 0 || fstatat(s->dir_fd, name, &b, 0) < 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
-            close(fd);
-            fd = -1;
-        }
-    }
-    if (fd < 0) {
-        rc = err_fail(-EAGAIN, "lock %s/%s: removed each time it was taken", s->dir, name);
-        snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
-        return rc;
-    }
-    char info[128];
-    int n = snprintf(info, sizeof info, "dstl run %s, pid %ld\n", s->owner, (long)getpid());
-    if (n > 0 && ftruncate(fd, 0) == 0 && pwrite(fd, info, (size_t)n, 0) < 0) {
-        /* informational only */
-    }
-    s->lock_fd = fd;
-    return 0;
+    int rc = segfile_run_lock(s->dir_fd, s->dir, s->owner, &s->lock_fd);
+    if (rc < 0) snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
+    return rc;
 }
 
-/* Whether a synced file is still reachable: it has a directory entry, and the store's path
- * still names the directory it opened. 0, or -EIO with the reason in why. */
+/* Whether a synced file is still reachable (segfile_reachable). */
 static int check_reachable(segstore *s, int fd, const char *name, char *why, size_t cap)
 {
-    struct stat st, dst;
-    if (fstat(fd, &st) < 0) {
-        snprintf(why, cap, "fstat %s/%s: %s", s->dir, name, strerror(errno));
-        return -EIO;
-    }
-    if (st.st_nlink == 0) {
-        snprintf(why, cap, "%s/%s has no directory entry after its fdatasync (removed, or the directory was)",
-                 s->dir, name);
-        return -EIO;
-    }
-    if (stat(s->dir, &dst) < 0) {
-        snprintf(why, cap, "the directory %s is gone while in use (%s): %s is not reachable", s->dir,
-                 strerror(errno), name);
-        return -EIO;
-    }
-    if (dst.st_dev != s->dir_dev || dst.st_ino != s->dir_ino) {
-        snprintf(why, cap, "the directory %s was replaced while in use (another directory is there now): "
-                 "%s is not reachable", s->dir, name);
-        return -EIO;
-    }
-    return 0;
+    return segfile_reachable(fd, s->dir, s->dir_dev, s->dir_ino, name, why, cap);
 }
 
 /* ---- reservations and writes --------------------------------------------------------------- */
@@ -511,6 +484,36 @@ static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail
     return 0;
 }
 
+/* dstl.io.direct: a buffer aligned to IOENG_DIRECT_ALIGN of at least that length has its last
+ * partial block written through the page cache here, and O_DIRECT turned on for the rest:
+ * *head becomes the aligned length left for the engine and *flags gets IOENG_WRITE_DIRECT.
+ * Anything else (a short segment, an unaligned buffer) keeps *head = len and is written
+ * through the page cache whole. 0, or the -errno of the tail's pwrite (*head set). */
+static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsigned *flags)
+{
+    if (w->len < IOENG_DIRECT_ALIGN || (uintptr_t)w->buf % IOENG_DIRECT_ALIGN) return 0;
+    size_t aligned = w->len / IOENG_DIRECT_ALIGN * IOENG_DIRECT_ALIGN;
+    *head = aligned;
+    /* DURABILITY: the tail is in the page cache only, and the head goes to the device past
+     * it: neither counts until the fdatasync linked behind the head's write returns 0 —
+     * fdatasync writes back every dirty page of the file, whichever fd dirtied it, and the
+     * size and block allocations both parts need. The tail goes first, so that the direct
+     * write never extends the file. A crash before the fdatasync leaves the file with any
+     * part of either (blocks not yet written read as zeros): never acknowledged, an orphan
+     * for gc, and a reader checks the trailer and every CRC anyway. */
+    for (size_t off = aligned; off < w->len;) {
+        ssize_t n = pwrite(w->fd, (const uint8_t *)w->buf + off, w->len - off, (off_t)off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? -errno : -EIO;
+        off += (size_t)n;
+    }
+    int fl = fcntl(w->fd, F_GETFL);
+    if (fl < 0 || fcntl(w->fd, F_SETFL, fl | O_DIRECT) < 0) return 0; /* the head goes through the cache */
+    *flags |= IOENG_WRITE_DIRECT;
+    atomic_fetch_add_explicit(&s->direct_writes, 1, memory_order_relaxed);
+    return 0;
+}
+
 int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
                    segstore_done_fn cb, void *ctx)
 {
@@ -543,7 +546,19 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
         w->dir_gen = dir_entry_added(s);
         s->st.creates++;
     }
-    rc = ioeng_write(s->io, w->fd, buf, len, 0, SEGMENT_WRITE_FLAGS, (uint64_t)(uintptr_t)w);
+    unsigned flags = SEGMENT_WRITE_FLAGS;
+    size_t head = len;
+    if (s->direct && (rc = direct_prepare(s, w, &head, &flags)) < 0) {
+        close(w->fd);
+        if (is_space_error(rc)) {
+            unlinkat(s->dir_fd, name, 0);
+            return finish_early(s, w, rc, FAIL_SPACE);
+        }
+        fail_stop(s, "write %s/%s (its last %zu bytes, through the page cache): %s", s->dir, name, len - head,
+                  strerror(-rc));
+        return finish_early(s, w, -EIO, FAIL_STORE);
+    }
+    rc = ioeng_write(s->io, w->fd, buf, head, 0, flags, (uint64_t)(uintptr_t)w);
     if (rc < 0) {
         close(w->fd);
         unlinkat(s->dir_fd, name, 0);
@@ -749,6 +764,11 @@ void segstore_close(segstore *s)
 }
 
 /* ---- any thread ------------------------------------------------------------------------------ */
+
+uint64_t segstore_direct_writes(const segstore *s)
+{
+    return atomic_load_explicit(&s->direct_writes, memory_order_relaxed);
+}
 
 int segstore_unlink(segstore *s, const char *name)
 {

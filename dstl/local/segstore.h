@@ -53,6 +53,12 @@ struct segstore_opts {
     const char *engine;          /* "io_uring" (default), "libaio", "psync"                     */
     unsigned queue_depth;        /* 0: IOENG_QUEUE_DEPTH                                        */
     struct ioeng_fault *fault;   /* tests: wrap the engine in this fault script (NULL: none)    */
+    /* dstl.io.direct: segments are written with O_DIRECT — the largest multiple of
+     * IOENG_DIRECT_ALIGN (4 KiB) from a buffer aligned to it, the last partial block through
+     * the page cache, one fdatasync covering both. A buffer that is not aligned, or a segment
+     * below 4 KiB, is written through the page cache as without it. segstore_open checks that
+     * the file system takes O_DIRECT (-EINVAL naming the key and dir otherwise). */
+    bool direct;
 };
 
 /* Called once per accepted segstore_write, from segstore_poll (or segstore_close), never from
@@ -69,7 +75,8 @@ typedef void (*segstore_done_fn)(void *ctx, int res, const char *detail);
  * naming the directory, like a failed fdatasync. */
 
 /* Opens the store on o->dir, creating it (and missing parents, each followed by an fsync of
- * its parent) if needed, and the I/O engine. Returns 0; -EINVAL (no dir, unknown engine);
+ * its parent) if needed, and the I/O engine. Returns 0; -EINVAL (no dir, unknown engine, or
+ * o->direct on a file system that refuses O_DIRECT: the detail names dstl.io.direct);
  * -ENOTDIR, -EACCES, ... naming the dir; or the engine's setup error naming the engine.
  * Blocking: yes (mkdir, fsync, open). Pipeline thread only (or before it starts). */
 int segstore_open(const struct segstore_opts *o, segstore **out);
@@ -142,6 +149,10 @@ struct segstore_stats {
 
 /* Counters since open. Pipeline thread only. */
 void segstore_stats(const segstore *s, struct segstore_stats *out);
+
+/* Segments written with O_DIRECT since open (dstl.io.direct; see segstore_opts.direct). Any
+ * thread. */
+uint64_t segstore_direct_writes(const segstore *s);
 
 /* ---- any thread ---------------------------------------------------------------------------- */
 
