@@ -55,7 +55,6 @@ struct bk_task {
     unsigned char *buf;        /* encoding scratch */
     size_t buf_cap;
     bk_faults faults;
-    uint64_t snapshot_records;
     int loaded;                /* bk_load_value since the last materialization started */
 };
 
@@ -358,8 +357,9 @@ static int start_snapshot(bk_task *t, uint64_t cp, bk_snap **out)
     t->loaded = 0;
     int rc = append_registrations(t, t->snapw);
     size_t pos = 0;
+    uint64_t nrec = 0;
     for (const kv_entry *e; rc == 0 && (e = kv_next(&t->state, &pos));) {
-        if (++t->snapshot_records == t->faults.drop_snapshot_record) continue;
+        if (++nrec == t->faults.drop_snapshot_record) continue;
         dstl_state_change sc = {.op = DSTL_SC_PUT, .state_id = e->state, .key = kv_key(e),
                                 .key_len = e->key_len, .user_key = kv_user_key(e),
                                 .user_key_len = e->user_key_len, .value = kv_value(e),

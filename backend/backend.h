@@ -54,7 +54,7 @@ typedef struct bk_snap bk_snap;
 /* Test seams: records left out, to prove the restore check catches a lost record (0 = off). */
 typedef struct {
     const char *drop_changelog_key;   /* no change of this key is appended to the changelog */
-    uint64_t drop_snapshot_record;    /* the Nth snapshot record (1-based) is not written    */
+    uint64_t drop_snapshot_record;    /* the Nth record (1-based) of every snapshot is left out */
 } bk_faults;
 
 /* The storages of a process: changelog persists go to `changelog` (NULL when no task is

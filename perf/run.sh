@@ -100,3 +100,5 @@ echo "# DSTL_PERF_S3_ENDPOINT and its keys name your own endpoint)"
     fi
   fi
 }
+# checkpoints of the reference state backend (issue 15), against the S3 server above
+[ -n "${S3_ENDPOINT:-}" ] && "$here/ckpt.sh" "$B" | emit
