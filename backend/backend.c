@@ -51,7 +51,7 @@ struct bk_task {
     kv_map state;
     bk_snap *cur;              /* the last completed materialization, or NULL */
     bk_snap *running;          /* the one in flight, or NULL */
-    uint64_t materializations;
+    _Atomic uint64_t materializations;   /* read by the coordinator's progress lines */
     unsigned char *buf;        /* encoding scratch */
     size_t buf_cap;
     bk_faults faults;
@@ -262,8 +262,9 @@ int bk_task_close(bk_task *t)
     if (!t) return 0;
     /* the materializer owns the snapshot writer until its persist completes */
     while (t->running && !atomic_load(&t->running->complete)) nanosleep(&(struct timespec){0, 1000000}, NULL);
-    snap_unref(t->running, 0);
-    snap_unref(t->cur, 0);
+    /* the task lets go of its snapshots; a checkpoint kept with bk_part_free keeps its own */
+    snap_unref(t->running, 1);
+    snap_unref(t->cur, 1);
     int rc = dstl_writer_close(t->changelog), rc2 = dstl_writer_close(t->snapw);
     kv_free(&t->state);
     free(t->buf);
@@ -278,7 +279,7 @@ void bk_task_range(const bk_task *t, uint32_t *first, uint32_t *last)
 }
 
 const kv_map *bk_task_state(const bk_task *t) { return &t->state; }
-uint64_t bk_materializations(const bk_task *t) { return t->materializations; }
+uint64_t bk_materializations(const bk_task *t) { return atomic_load(&t->materializations); }
 
 /* A change: appended to the changelog first (changelog mode), then applied. */
 static int change(bk_task *t, int op, uint8_t state, const void *key, size_t klen, const void *uk,
@@ -413,7 +414,7 @@ int bk_poll(bk_task *t)
     if (rc == 0 && t->changelog) rc = dstl_truncate(t->changelog, s->changelog_from);
     snap_unref(t->cur, 1);
     t->cur = s;
-    t->materializations++;
+    atomic_fetch_add(&t->materializations, 1);
     return rc;
 }
 

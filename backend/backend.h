@@ -69,7 +69,9 @@ void bk_env_close(bk_env *e);
  * NULL for BK_DETACHED. 0, -EINVAL, -ENOMEM, or dstl_writer_open's error. */
 int bk_task_open(bk_env *e, const char *job, uint32_t max_parallelism, uint32_t parallelism,
                  uint32_t index, int mode, const bk_faults *faults, bk_task **out);
-/* Waits for its materialization in flight, closes its writers, drops its snapshot. */
+/* Waits for its materialization in flight, closes its writers, drops its snapshot references
+ * (a snapshot no checkpoint part holds is discarded; one a part freed with bk_part_free
+ * holds stays live). */
 int bk_task_close(bk_task *t);
 void bk_task_range(const bk_task *t, uint32_t *first, uint32_t *last);
 const kv_map *bk_task_state(const bk_task *t);

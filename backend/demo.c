@@ -66,7 +66,8 @@ static int story(const demo_args *a, int mode, dstl_storage *cl, dstl_storage *s
     job_opts o = {.name = mode == BK_CHANGELOG ? "demo-cl" : "demo-full", .mode = mode,
                   .parallelism = a->tasks, .max_parallelism = 128, .workers = 2, .keys = 200000,
                   .value_len = 100, .updates_per_s = 20000, .interval_s = 1, .materialize_s = 5,
-                  .min_checkpoints = 1, .min_s = a->seconds, .max_s = a->seconds * 3, .verbose = 1};
+                  .min_checkpoints = 1, .min_s = a->seconds, .max_s = a->seconds * 3, .verbose = 1,
+                  .report_s = 5};
     printf("\n== %s mode: %u tasks, %llu keys (ValueState of %zu bytes, MapState of 32), %.0f updates/s, "
            "a checkpoint every %.0f s%s\n", name, o.parallelism, (unsigned long long)o.keys, o.value_len,
            o.updates_per_s, o.interval_s,
@@ -93,6 +94,7 @@ static int story(const demo_args *a, int mode, dstl_storage *cl, dstl_storage *s
         else
             printf("  RESTORE CHECK FAILED onto %u tasks: %s\n", ps[k], why);
     }
+    job_discard_last(j);            /* done with it: its segments go as the tasks close */
     job_close(j);
     return rc;
 }

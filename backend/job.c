@@ -55,7 +55,8 @@ static void fail(job *j, int rc, const char *what, uint32_t task)
 {
     fprintf(stderr, "job %s: %s of task %u: %s (%s)\n", j->o.name, what, task, dstl_strerror(rc),
             dstl_last_error());
-    if (!j->err) j->err = rc;
+    int none = 0;
+    atomic_compare_exchange_strong(&j->err, &none, rc);
 }
 
 /* ---- the workload ---- */
@@ -225,7 +226,8 @@ static void coordinate(job *j, job_result *r)
     uint64_t id = 0;
     size_t cap = 0;
     ckpt *running = NULL;
-    double next = j->t0 + j->o.interval_s, report = j->t0 + 10;
+    double every = j->o.report_s > 0 ? j->o.report_s : 10;
+    double next = j->t0 + j->o.interval_s, report = j->t0 + every;
     for (;;) {
         double now = job_now_s(), el = now - j->t0;
         if (running && atomic_load(&running->pending) == 0) {
@@ -242,9 +244,13 @@ static void coordinate(job *j, job_result *r)
             else if ((running = ckpt_new(j, ++id))) atomic_store(&j->trigger, running);
         }
         if (j->o.verbose && now >= report) {
-            report += 10;
-            printf("  %s: %.0f s, %" PRIu64 " checkpoints completed, %" PRIu64 " skipped, %" PRIu64 " updates\n",
-                   j->o.name, el, r->completed, r->skipped, (uint64_t)atomic_load(&j->updates));
+            report += every;
+            uint64_t mats = 0;
+            for (uint32_t i = 0; i < j->o.parallelism; i++) mats += bk_materializations(j->tasks[i]);
+            printf("  %s: %.0f s, %" PRIu64 " checkpoints completed (last %.0f ms), %" PRIu64 " skipped, %" PRIu64
+                   " updates, %" PRIu64 " materializations\n", j->o.name, el, r->completed,
+                   r->completed ? r->durations_ms[r->completed - 1] : 0.0, r->skipped,
+                   (uint64_t)atomic_load(&j->updates), mats);
             fflush(stdout);
         }
         sleep_s(0.0002);
@@ -298,7 +304,7 @@ int job_run(job *j, job_result *r)
     free(wa);
     if (started < W) return -EAGAIN;
     r->updates = atomic_load(&j->updates);
-    int rc = j->err ? j->err : final_checkpoint(j);
+    int rc = atomic_load(&j->err) ? atomic_load(&j->err) : final_checkpoint(j);
     for (uint32_t i = 0; i < j->o.parallelism; i++) {
         r->materializations += bk_materializations(j->tasks[i]);
         r->state_bytes += bk_task_state(j->tasks[i])->bytes;
@@ -418,6 +424,12 @@ size_t job_parts(job *j, bk_part *const **parts)
 {
     *parts = j->last ? j->last->parts : NULL;
     return j->last ? j->o.parallelism : 0;
+}
+
+void job_discard_last(job *j)
+{
+    ckpt_release(j, j->last, 1);
+    j->last = NULL;
 }
 
 void job_close(job *j)

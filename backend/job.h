@@ -38,7 +38,8 @@ typedef struct {
     uint64_t min_checkpoints;    /* run until this many completed ... */
     double min_s, max_s;         /* ... and at least min_s; never longer than max_s */
     bk_faults faults;            /* applied to task 0 */
-    int verbose;                 /* a line per 10 s of progress on stdout */
+    int verbose;                 /* progress lines on stdout ... */
+    double report_s;             /* ... every this many seconds (0: 10) */
 } job_opts;
 
 typedef struct {
@@ -76,7 +77,11 @@ size_t job_parts(job *j, bk_part *const **parts);
 /* The q-quantile (0..1) of n values (sorted copy, nearest rank); NaN when n is 0. */
 double job_quantile(const double *v, size_t n, double q);
 
-/* Closes the tasks; the final checkpoint's handles stay live (nothing is discarded). */
+/* Discards the final checkpoint (a job that is done with it: its segments go once the tasks
+ * close). */
+void job_discard_last(job *j);
+
+/* Closes the tasks; the final checkpoint's handles stay live unless job_discard_last ran. */
 void job_close(job *j);
 
 #endif

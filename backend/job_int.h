@@ -29,7 +29,7 @@ struct job {
     double t0;
     ckpt *last;                          /* the last completed (retained) checkpoint */
     atomic_uint_fast64_t updates;
-    int err;
+    atomic_int err;                      /* the first error of any thread */
 };
 
 double job_now_s(void);
