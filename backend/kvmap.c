@@ -10,6 +10,9 @@
 
 #define KV_TOMB ((kv_entry *)(uintptr_t)1)
 
+/* Empty fields may come as NULL: memcpy and memcmp want a pointer even for 0 bytes. */
+#define NONNULL(p) ((p) ? (const void *)(p) : (const void *)"")
+
 static uint32_t hash_of(uint8_t state, const void *key, size_t klen, const void *uk, size_t uklen)
 {
     uint32_t h = 2166136261u ^ state;      /* FNV-1a: fine for a table, not for key groups */
@@ -82,6 +85,9 @@ int kv_put(kv_map *m, uint8_t state, uint32_t key_group, const void *key, size_t
            const void *uk, size_t uklen, const void *value, size_t vlen)
 {
     if (klen > UINT16_MAX || uklen > UINT16_MAX || vlen > UINT32_MAX) return -EINVAL;
+    key = NONNULL(key);
+    uk = NONNULL(uk);
+    value = NONNULL(value);
     if ((m->used + 1) * 10 >= m->cap * 7 && grow(m) < 0) return -ENOMEM;
     uint32_t h = hash_of(state, key, klen, uk, uklen);
     int found;
@@ -114,6 +120,8 @@ int kv_put(kv_map *m, uint8_t state, uint32_t key_group, const void *key, size_t
 int kv_del(kv_map *m, uint8_t state, const void *key, size_t klen, const void *uk, size_t uklen)
 {
     if (!m->count) return 0;
+    key = NONNULL(key);
+    uk = NONNULL(uk);
     int found;
     size_t i = find(m, hash_of(state, key, klen, uk, uklen), state, key, klen, uk, uklen, &found);
     if (!found) return 0;
@@ -129,6 +137,8 @@ const kv_entry *kv_get(const kv_map *m, uint8_t state, const void *key, size_t k
                        const void *uk, size_t uklen)
 {
     if (!m->count) return NULL;
+    key = NONNULL(key);
+    uk = NONNULL(uk);
     int found;
     size_t i = find(m, hash_of(state, key, klen, uk, uklen), state, key, klen, uk, uklen, &found);
     return found ? m->slots[i] : NULL;
