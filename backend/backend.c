@@ -88,7 +88,12 @@ static void snap_unref(bk_snap *s, int discard)
 /* Under s->mu, once both the persist returned and the future fired: the result is taken. */
 static void snap_complete(bk_snap *s)
 {
+    /* DURABILITY: the future is done: with a handle, the whole snapshot is durable at the
+     * snapshot storage's level; only then may the task truncate or a full checkpoint complete. */
     if (s->f && !s->err) s->err = dstl_future_result(s->f, &s->h);
+    if (s->err)                                /* the detail is this thread's: say it here */
+        fprintf(stderr, "backend: snapshot of task %u failed: %s (%s)\n", s->task, dstl_strerror(s->err),
+                dstl_last_error());
     void (*fn)(void *) = s->notify;
     void *arg = s->notify_arg;
     atomic_store(&s->complete, 1);
@@ -408,8 +413,11 @@ int bk_poll(bk_task *t)
         snap_unref(s, 1);
         return err;
     }
-    /* DSTL: the snapshot is durable; what it covers is no longer needed by the writers.
-     * Handles of retained checkpoints keep their own segments until they are discarded. */
+    /* DURABILITY: the snapshot's future completed: every record of it is durable at the
+     * snapshot storage's level (remote: the objects are complete). Only now is the changelog
+     * below its seq given up; a crash before this line leaves the old snapshot + the full
+     * changelog, still restorable. Handles of retained checkpoints keep their own segments
+     * until they are discarded. */
     int rc = dstl_truncate(t->snapw, s->from_seq);
     if (rc == 0 && t->changelog) rc = dstl_truncate(t->changelog, s->changelog_from);
     snap_unref(t->cur, 1);
@@ -422,6 +430,9 @@ int bk_poll(bk_task *t)
 
 static void part_changelog_done(dstl_future *f, void *arg)
 {
+    /* DURABILITY: the changelog persist completed: its handle's records are durable at the
+     * changelog storage's level, and the part's snapshot was durable before the part began.
+     * The part is acknowledged to the coordinator only now (or failed with the error). */
     bk_part *p = arg;
     p->err = dstl_future_result(f, &p->changelog);
     p->fn(p, p->arg);
@@ -437,8 +448,10 @@ static void part_snapshot_done(void *arg)
 int bk_checkpoint(bk_task *t, uint64_t cp, bk_part_fn fn, void *arg, bk_part **out)
 {
     if (t->mode == BK_DETACHED || !fn || !out) return -EINVAL;
-    int rc = bk_poll(t);
-    if (rc < 0) return rc;
+    int rc;
+    /* full mode: the last checkpoint's snapshot must be taken over first; had it failed, that
+     * checkpoint failed with it (its part has the error), so the error is not this one's */
+    if (t->mode == BK_FULL) (void)bk_poll(t);
     bk_part *p = calloc(1, sizeof *p);
     if (!p) return -ENOMEM;
     *p = (bk_part){.env = t->env, .task = t->index, .kg_first = t->kg_first, .kg_last = t->kg_last, .fn = fn, .arg = arg};

@@ -162,13 +162,17 @@ int job_check(job *j, dstl_storage *snap_storage, dstl_storage *changelog_storag
     int rc = nt ? 0 : -ENOMEM;
     for (uint32_t i = 0; rc == 0 && i < np; i++)
         rc = bk_task_open(NULL, j->o.name, j->o.max_parallelism, np, i, BK_DETACHED, NULL, &nt[i]);
-    double t0 = job_now_s();
+    double t0 = job_now_s(), t1 = t0;
     if (rc == 0) rc = restore_pass(j, snap_storage, 0, nt, np, why, why_len);
+    t1 = job_now_s();
     if (rc == 0 && j->o.mode == BK_CHANGELOG) {
         if (!changelog_storage) rc = -EINVAL;
         else rc = restore_pass(j, changelog_storage, 1, nt, np, why, why_len);
     }
-    if (restore_s) *restore_s = job_now_s() - t0;
+    double t2 = job_now_s();
+    j->restore_pass_s[0] = t1 - t0;
+    j->restore_pass_s[1] = t2 - t1;
+    if (restore_s) *restore_s = t2 - t0;
     for (uint32_t i = 0; rc == 0 && i < np; i++) rc = compare(j, nt[i], i, why, why_len);
     for (uint32_t i = 0; nt && i < np; i++) bk_task_close(nt[i]);
     free(nt);

@@ -47,7 +47,7 @@ typedef struct {
     double *durations_ms;                  /* per completed checkpoint, in order (malloc'd) */
     double *completed_at_s;                /* when each completed, since the run started */
     double run_s;
-    uint64_t updates, materializations;
+    uint64_t updates, materializations, materialization_failures;
     uint64_t state_bytes, state_entries;   /* at the end */
     uint64_t changelog_bytes_persisted;    /* sum of the parts' changelog handle sizes */
 } job_result;
@@ -70,6 +70,9 @@ void job_result_free(job_result *r);
  * which). */
 int job_check(job *j, dstl_storage *snap_storage, dstl_storage *changelog_storage,
               uint32_t new_parallelism, double *restore_s, char *why, size_t why_len);
+
+/* The last job_check's two passes: reading and replaying the snapshots, then the changelogs. */
+void job_restore_passes(const job *j, double *snapshots_s, double *changelogs_s);
 
 /* The final checkpoint's parts (for the demo's figures). */
 size_t job_parts(job *j, bk_part *const **parts);

@@ -29,7 +29,9 @@ struct job {
     double t0;
     ckpt *last;                          /* the last completed (retained) checkpoint */
     atomic_uint_fast64_t updates;
-    atomic_int err;                      /* the first error of any thread */
+    atomic_int err;                      /* the first fatal error of any thread */
+    atomic_uint_fast64_t mat_failures;   /* materializations that failed (not fatal) */
+    double restore_pass_s[2];            /* the last job_check: snapshots, changelogs */
 };
 
 double job_now_s(void);

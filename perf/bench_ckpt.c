@@ -16,7 +16,7 @@
  * Knobs (environment; defaults are the issue's: P = 50, >= 300 checkpoints a mode):
  *   DSTL_CKPT_TASKS 50, DSTL_CKPT_CHECKPOINTS 300, DSTL_CKPT_STATE_MB 700 (all tasks: a full snapshot takes >= 5 s on the RGW here),
  *   DSTL_CKPT_VALUE_BYTES 1024, DSTL_CKPT_RATE 3000 (updates/s in all),
- *   DSTL_CKPT_MATERIALIZE_S 30, DSTL_CKPT_MODES "changelog full".
+ *   DSTL_CKPT_MATERIALIZE_S 60, DSTL_CKPT_MODES "changelog full".
  * Prints `name value unit` lines; writes OUT_DIR/ckpt-MODE.dat (completion time, duration).
  */
 #include <errno.h>
@@ -50,7 +50,7 @@ static const char *need(const char *k)
 }
 
 static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix,
-                                  const char *in_flight)
+                                  const char *in_flight, const char *timeout)
 {
     dstl_config *c;
     char uri[512];
@@ -65,6 +65,7 @@ static dstl_storage *open_storage(const char *dir, const char *bucket, const cha
         dstl_config_set(c, "dstl.s3.secret-key", need("S3_SECRET_KEY")) < 0 ||
         dstl_config_set(c, "dstl.s3.path-style", "true") < 0 ||
         (in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
+        (timeout && dstl_config_set(c, "dstl.upload.timeout", timeout) < 0) ||
         dstl_storage_open(c, &s) < 0) {
         fprintf(stderr, "bench_ckpt: storage %s: %s\n", dir, dstl_last_error());
         exit(1);
@@ -90,7 +91,7 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     job_opts o = {.name = mode, .mode = m, .parallelism = P, .max_parallelism = 128, .workers = 2,
                   .keys = (uint64_t)(state_mb * 1e6 / (vlen + 10)), .value_len = (size_t)vlen,
                   .updates_per_s = envf("DSTL_CKPT_RATE", 3000), .interval_s = 1,
-                  .materialize_s = envf("DSTL_CKPT_MATERIALIZE_S", 30),
+                  .materialize_s = envf("DSTL_CKPT_MATERIALIZE_S", 60),
                   .min_checkpoints = (uint64_t)envf("DSTL_CKPT_CHECKPOINTS", 300), .min_s = 0,
                   .verbose = 1};
     o.max_s = (double)o.min_checkpoints * 30 + 600;
@@ -99,9 +100,12 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     snprintf(d2, sizeof d2, "%s/%s-snapshots", dir, mode);
     snprintf(p1, sizeof p1, "ckpt-%s/changelog", mode);
     snprintf(p2, sizeof p2, "ckpt-%s/snapshots", mode);
-    /* the snapshot storage: its own dir, prefix and in-flight bound (backend/backend.h) */
-    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, NULL) : NULL;
-    dstl_storage *sn = open_storage(d2, bucket, p2, "256mb");
+    /* the snapshot storage: its own dir, prefix and in-flight bound (backend/backend.h), and
+     * a bulk upload timeout: its batches are 10 MB and hundreds of them queue at once (a full
+     * snapshot); the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
+     * latency-bound checkpoint segments, not those */
+    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, NULL, NULL) : NULL;
+    dstl_storage *sn = open_storage(d2, bucket, p2, "256mb", "30s");
     bk_env *env;
     job *j;
     job_result r;
@@ -123,6 +127,7 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     printf("ckpt.%s.checkpoints %" PRIu64 " count\n", mode, r.completed);
     printf("ckpt.%s.skipped %" PRIu64 " count\n", mode, r.skipped);
     printf("ckpt.%s.failed %" PRIu64 " count\n", mode, r.failed);
+    printf("ckpt.%s.materialization_failures %" PRIu64 " count\n", mode, r.materialization_failures);
     printf("ckpt.%s.run_s %.1f s\n", mode, r.run_s);
     printf("ckpt.%s.state_mb %.1f MB\n", mode, (double)r.state_bytes / 1e6);
     if (m == BK_CHANGELOG || !strstr(getenv("DSTL_CKPT_MODES") ? getenv("DSTL_CKPT_MODES") : "changelog", "changelog"))
@@ -159,10 +164,25 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     char why[512], rd1[1024], rd2[1024];
     snprintf(rd1, sizeof rd1, "%s/%s-restore-changelog", dir, mode);
     snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
-    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, NULL) : NULL, *rsn = open_storage(rd2, bucket, p2, NULL);
+    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, NULL, NULL) : NULL;
+    dstl_storage *rsn = open_storage(rd2, bucket, p2, NULL, "30s");
     double rs = 0;
     int ck = rc < 0 ? rc : job_check(j, rsn, rcl, P, &rs, why, sizeof why);
     printf("restore.%s_s %.2f s\n", mode, rs);
+    double ps, pc;
+    job_restore_passes(j, &ps, &pc);
+    dstl_stats rst = {0};
+    stats(rsn, &rst);
+    if (rcl) {
+        dstl_stats x;
+        stats(rcl, &x);
+        rst.restore_bytes_fetched += x.restore_bytes_fetched;
+        rst.restore_requests += x.restore_requests;
+    }
+    printf("restore.%s.snapshots_s %.2f s\n", mode, ps);
+    if (m == BK_CHANGELOG) printf("restore.%s.changelogs_s %.2f s\n", mode, pc);
+    printf("restore.%s.fetched_mb %.1f MB\n", mode, (double)rst.restore_bytes_fetched / 1e6);
+    printf("restore.%s.requests %" PRIu64 " count\n", mode, rst.restore_requests);
     printf("ckpt.%s.check %s\n", mode, ck == 0 ? "ok" : "FAILED");
     if (ck < 0) fprintf(stderr, "bench_ckpt: %s: restore check: %s\n", mode, why);
     mo->restore_s = rs;
@@ -195,7 +215,7 @@ int main(int argc, char **argv)
            "every 1 s, changelog materializes every %.0f s per task (staggered); each mode runs until %.0f "
            "checkpoints completed (skipped triggers are counted apart)\n",
            envf("DSTL_CKPT_TASKS", 50), envf("DSTL_CKPT_STATE_MB", 700), envf("DSTL_CKPT_VALUE_BYTES", 1024),
-           envf("DSTL_CKPT_RATE", 3000), envf("DSTL_CKPT_MATERIALIZE_S", 30), envf("DSTL_CKPT_CHECKPOINTS", 300));
+           envf("DSTL_CKPT_RATE", 3000), envf("DSTL_CKPT_MATERIALIZE_S", 60), envf("DSTL_CKPT_CHECKPOINTS", 300));
     mode_out cl = {0}, full = {0};
     int bad = 0;
     if (strstr(modes, "changelog")) bad |= run_mode("changelog", argv[1], argv[2], argv[3], &cl);
