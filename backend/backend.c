@@ -448,6 +448,11 @@ static void part_snapshot_done(void *arg)
 int bk_checkpoint(bk_task *t, uint64_t cp, bk_part_fn fn, void *arg, bk_part **out)
 {
     if (t->mode == BK_DETACHED || !fn || !out) return -EINVAL;
+    if (cp <= t->faults.fail_checkpoints_upto) {
+        fprintf(stderr, "backend: task %u: checkpoint %llu fails (test seam fail_checkpoints_upto)\n",
+                t->index, (unsigned long long)cp);
+        return -EIO;
+    }
     int rc;
     /* full mode: the last checkpoint's snapshot must be taken over first; had it failed, that
      * checkpoint failed with it (its part has the error), so the error is not this one's */

@@ -55,6 +55,7 @@ typedef struct bk_snap bk_snap;
 typedef struct {
     const char *drop_changelog_key;   /* no change of this key is appended to the changelog */
     uint64_t drop_snapshot_record;    /* the Nth record (1-based) of every snapshot is left out */
+    uint64_t fail_checkpoints_upto;   /* checkpoints 1..N fail at once with -EIO             */
 } bk_faults;
 
 /* The storages of a process: changelog persists go to `changelog` (NULL when no task is

@@ -123,8 +123,8 @@ static void *worker(void *arg)
     uint64_t done = 0, seen = 0;
     uint32_t rr = a->w;
     while (!atomic_load(&j->stop) && val && next_mat) {
-        ckpt *c = atomic_load(&j->trigger);
-        if (c && c->id > seen) {
+        if (atomic_load(&j->trigger_id) > seen) {
+            ckpt *c = atomic_load(&j->trigger);   /* at least as new as the id: alive */
             seen = c->id;
             for (uint32_t i = a->w; i < P; i += W) barrier(j, c, i);
         }
@@ -249,7 +249,10 @@ static void coordinate(job *j, job_result *r)
             next += j->o.interval_s;
             if (next < now) next = now + j->o.interval_s;
             if (running) r->skipped++;
-            else if ((running = ckpt_new(j, ++id))) atomic_store(&j->trigger, running);
+            else if ((running = ckpt_new(j, ++id))) {
+                atomic_store(&j->trigger, running);
+                atomic_store(&j->trigger_id, id);
+            }
         }
         if (j->o.verbose && now >= report) {
             report += every;

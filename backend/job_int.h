@@ -24,7 +24,12 @@ struct job {
     bk_task **tasks;
     uint64_t **task_keys;                /* per task: the indices of its keys */
     size_t *ntask_keys;
-    _Atomic(ckpt *) trigger;             /* the checkpoint the barrier announces */
+    /* The barrier: the newest checkpoint and its id. Workers read the id first and touch the
+     * checkpoint only when the id is new to them: a checkpoint cannot finish (and be freed)
+     * before every worker registered its parts, so a new one is always alive, while an old
+     * one (a failed checkpoint is freed at once) may be gone. */
+    _Atomic(ckpt *) trigger;
+    _Atomic uint64_t trigger_id;
     atomic_int stop;
     double t0;
     ckpt *last;                          /* the last completed (retained) checkpoint */
