@@ -42,7 +42,7 @@ if command -v gnuplot >/dev/null && [ -s "$OUT/ckpt-changelog.dat" ]; then
   gnuplot <<GP && echo "# plot: $OUT/ckpt-durations.png"
 set terminal png size 1100,600
 set output '$OUT/ckpt-durations.png'
-set title 'Checkpoint duration, P = $(val ckpt.changelog.checkpoints >/dev/null; echo "${DSTL_CKPT_TASKS:-50}") tasks, state $(val ckpt.changelog.state_mb) MB, checkpoint every 1 s (trigger to last task durable)'
+set title 'Checkpoint duration, P = ${DSTL_CKPT_TASKS:-50} tasks, state $(val ckpt.state_mb) MB, a checkpoint every 1 s (trigger to the last task durable)'
 set xlabel 'time into the mode (s)'
 set ylabel 'checkpoint duration (ms)'
 set logscale y
