@@ -74,6 +74,11 @@ API_CASES_OBJ := $(B)/obj/tests/api_cases.o
 TOOL_SRCS  := $(wildcard tests/tools/*.c)
 TOOL_BINS  := $(TOOL_SRCS:tests/tools/%.c=$(B)/tools/%) \
               $(B)/tools/crash_child-skip-fdatasync $(B)/tools/crash_child-skip-dirsync
+# The reference state backend (backend/): a client of the public header only, linked into the
+# checkpoint benchmark, its tests and the demo program of `make run` (backend/demo.c).
+BACKEND_SRCS := $(filter-out backend/demo.c,$(wildcard backend/*.c))
+BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(B)/obj/%.o)
+BACKEND_TESTS = $(filter $(B)/tests/test_backend%,$(TEST_BINS))
 PERF_SRCS  := $(wildcard perf/*.c)
 PERF_BINS  := $(PERF_SRCS:perf/%.c=$(B)/perf/%)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
@@ -96,7 +101,7 @@ endif
 # Objects are intermediate files to make; keep them so a relink does not recompile.
 .SECONDARY:
 
-all: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl $(TEST_BINS) $(TOOL_BINS) $(PERF_BINS)
+all: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl $(B)/dstl-backend-demo $(TEST_BINS) $(TOOL_BINS) $(PERF_BINS)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP): scripts/deps.sh
@@ -141,6 +146,13 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(THELP_OBJS) $(TEST_RUNNER) $(B)/libdstl.a
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(TEST_CASES) $(THELP_OBJS) $(B)/libdstl.a $(LIBS) $(TEST_LINK)
 
+$(BACKEND_TESTS): $(BACKEND_OBJS)
+$(BACKEND_TESTS): TEST_CASES := $(BACKEND_OBJS)
+
+$(B)/dstl-backend-demo: $(B)/obj/backend/demo.o $(BACKEND_OBJS) $(B)/libdstl.a
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(BACKEND_OBJS) $(B)/libdstl.a $(LIBS)
+
 $(B)/tests/test_dstl_api $(B)/tests/test_remote_api: $(API_CASES_OBJ)
 $(B)/tests/test_dstl_api $(B)/tests/test_remote_api: TEST_CASES := $(API_CASES_OBJ)
 
@@ -176,10 +188,10 @@ $(SEGSTORE_VARIANTS:%=$(B)/tools/crash_child-%): $(B)/tools/crash_child-%: $(B)/
 	$(call say,LD,$@)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(B)/libdstl.a $(LIBS)
 
-$(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(B)/libdstl.a
+$(B)/perf/%: $(B)/obj/perf/%.o $(PAYLOAD_OBJ) $(BACKEND_OBJS) $(B)/libdstl.a
 	@mkdir -p $(@D)
 	$(call say,LD,$@)
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(B)/libdstl.a $(LIBS)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PAYLOAD_OBJ) $(BACKEND_OBJS) $(B)/libdstl.a $(LIBS)
 
 # make test [SANITIZE=...] [TESTS=pattern]: first the structure check (scripts/check-structure:
 # its self-test, then the tree), then every test binary, with the S3 server started (and
@@ -192,9 +204,11 @@ test: all
 	  [ $$s -eq 0 ] || echo "make test: FAILED: scripts/check-structure or scripts/check-calls (their findings are at the top)" >&2; \
 	  [ $$s -eq 0 ] && [ $$t -eq 0 ]
 
-# The README's first command: the embedded default (local durability, no remote).
-run: $(B)/dstl
-	$(B)/dstl demo --config configs/local.conf $(RUN_ARGS)
+# The README's first command: the embedded default (local durability, no remote): the
+# reference state backend's story (backend/demo.c): keyed state, checkpoints,
+# materialization, a failure and a verified restore. `dstl demo` is the log alone.
+run: $(B)/dstl-backend-demo
+	$(B)/dstl-backend-demo --config configs/local.conf $(RUN_ARGS)
 
 perf: all
 	@scripts/deps.sh --perf
@@ -231,7 +245,7 @@ install: $(B)/libdstl.a $(B)/libdstl.so $(B)/dstl
 	    -e 's|@PKGS@|$(PKGS)|' dstl/dstl.pc.in > $(PREFIX)/lib/pkgconfig/dstl.pc
 
 clean:
-	rm -rf build/obj build/gen build/tests build/tools build/perf build/libdstl.* build/dstl \
+	rm -rf build/obj build/gen build/tests build/tools build/perf build/libdstl.* build/dstl build/dstl-backend-demo \
 	       build/address build/undefined build/thread build/fuzz
 
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -497,6 +497,70 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
  * every second. Thread-safe. (An addition to the first version of the contract.) */
 int dstl_storage_metrics(dstl_storage *s, char **text);
 
+/* ---- canonical state changes and key groups: for state backends; pure, any thread ---------
+ * One backend-neutral encoding of a state change (FLIP-41's idea: one format for every
+ * backend), the bytes of dstl.proto's message StateChange (wire/FORMAT.md). A backend appends
+ * it as a record's payload (dstl_append: changelog entries; and snapshots in the same format);
+ * `dstl cat` renders such records as JSON; a restoring backend decodes and replays them. The
+ * library never looks inside a record: using this format is the backend's choice.
+ * (Additions to the first version of the contract.)
+ */
+enum {
+    DSTL_SC_PUT = 1,       /* key / namespace / user_key := value                              */
+    DSTL_SC_DELETE = 2,    /* remove key / namespace / user_key                                */
+    DSTL_SC_MERGE = 3,     /* merge value into the existing one (reducing, aggregating state)  */
+    DSTL_SC_ADD = 4,       /* append value to a list state                                     */
+    DSTL_SC_CLEAR = 5,     /* remove the whole state of key / namespace                        */
+    DSTL_SC_METADATA = 6   /* state registration or schema change: value is opaque metadata    */
+};
+
+/* A state change. Byte fields are (pointer, length); a field of length 0 is absent (its
+ * pointer may be NULL). state_name is not NUL-terminated when decoded: use state_name_len. */
+typedef struct {
+    int op;                                     /* DSTL_SC_*                               */
+    uint32_t state_id;                          /* the backend's number for the state, or 0 */
+    const char *state_name; size_t state_name_len;
+    const void *key;        size_t key_len;
+    const void *ns;         size_t ns_len;      /* namespace (window), or empty            */
+    const void *user_key;   size_t user_key_len;/* map key of a map state, else empty      */
+    const void *value;      size_t value_len;
+} dstl_state_change;
+
+/* Bytes dstl_state_change_encode writes for sc. */
+size_t dstl_state_change_size(const dstl_state_change *sc);
+
+/* Encodes sc into buf; returns the length (> 0), or -EINVAL when op is not a DSTL_SC_* value,
+ * a field has a length but no pointer, or cap < dstl_state_change_size(sc) (the detail says
+ * which). */
+int dstl_state_change_encode(const dstl_state_change *sc, void *buf, size_t cap);
+
+/* Decodes len bytes into *out without copying: out's pointers point into buf (valid while buf
+ * is), absent byte fields as a non-NULL pointer with length 0, an absent state name as NULL.
+ * Protobuf's rules: unknown fields are skipped. Returns 0, -EINVAL (NULL arguments), or
+ * DSTL_ECORRUPT for bytes that are not a state change (the detail names the offset and what is
+ * wrong: a bad tag or varint, a length past the end, an op outside DSTL_SC_*). */
+int dstl_state_change_decode(const void *buf, size_t len, dstl_state_change *out);
+
+/* The key group of a key, as Flink assigns it (KeyGroupRangeAssignment.assignToKeyGroup):
+ * murmurHash(hashCode) % max_parallelism, where murmurHash is Flink's MathUtils.murmurHash
+ * (one round of 32-bit MurmurHash3 over the int, then its finalizer, made non-negative).
+ * dstl_key_group_of_hash takes the key's Java hashCode() as Flink would (a backend that has
+ * it); dstl_key_group takes the key's bytes and uses as hashCode the one of a Java String
+ * of those bytes read as ISO-8859-1 characters: h = 31 * h + byte (unsigned), from 0 — the
+ * same key group Flink gives a String key of ASCII (or Latin-1) characters.
+ * max_parallelism: 1 .. 32768 (Flink's bounds; 128 is its default), else the result is
+ * UINT32_MAX. */
+uint32_t dstl_key_group_of_hash(int32_t hash_code, uint32_t max_parallelism);
+uint32_t dstl_key_group(const void *key, size_t len, uint32_t max_parallelism);
+
+/* The key groups of operator index `index` of `parallelism` (Flink's
+ * computeKeyGroupRangeForOperatorIndex): [ceil(index * max_p / p), ((index + 1) * max_p - 1) / p].
+ * Returns 0, or -EINVAL unless 1 <= parallelism <= max_parallelism <= 32768 and index <
+ * parallelism. Rescaling is restoring with another parallelism: the new task `index` reads
+ * every old handle whose key groups meet its range. */
+int dstl_key_group_range(uint32_t max_parallelism, uint32_t parallelism, uint32_t index,
+                         uint32_t *first, uint32_t *last);
+
 #ifdef __cplusplus
 }
 #endif

@@ -143,6 +143,9 @@ echo "# DSTL_PERF_S3_ENDPOINT and its keys name your own endpoint)"
     fi
   fi
 }
+# checkpoints of the reference state backend (issue 15), against the S3 server above
+# (DSTL_PERF_CKPT=0 leaves them out: they take the longest)
+[ -n "${S3_ENDPOINT:-}" ] && [ "${DSTL_PERF_CKPT:-1}" != 0 ] && "$here/ckpt.sh" "$B" | emit
 
 echo "# report"
 python3 "$here/report.py" "$REPORT" "$out"

@@ -26,7 +26,7 @@ BUILD_PKGS=(
 # The S3 server the tests and the perf suite start (Ceph RGW; see tests/s3/README.md).
 S3_PKGS=(ceph-mon ceph-osd radosgw)
 # Peers the perf suite compares against (make perf only; installed on demand).
-PERF_PKGS=(fio rocksdb-tools rclone gnuplot-nox)   # gnuplot: the report's plots (perf/report.py)
+PERF_PKGS=(fio rocksdb-tools rclone gnuplot-nox)   # gnuplot: the report's plots (perf/report.py, perf/ckpt.sh)
 
 want=("${BUILD_PKGS[@]}" "${S3_PKGS[@]}")
 case "${1:-}" in

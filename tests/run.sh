@@ -22,7 +22,7 @@ done
 [ ${#bins[@]} -gt 0 ] || { echo "run.sh: no test binaries in $B/tests matching '${PATTERN}'" >&2; exit 1; }
 
 needs_s3=0
-for t in "${bins[@]}"; do case "$(basename "$t")" in test_s3_*|test_remote_*) needs_s3=1 ;; esac; done
+for t in "${bins[@]}"; do case "$(basename "$t")" in test_s3_*|test_remote_*|test_backend_remote*) needs_s3=1 ;; esac; done
 
 S3DIR=""
 stop_s3() { [ -n "$S3DIR" ] && "$here/s3/s3-down.sh" "$S3DIR/rgw" >/dev/null 2>&1; [ -n "$S3DIR" ] && rm -rf "$S3DIR"; S3DIR=""; }

@@ -3,6 +3,8 @@
 # and perf/run.sh, never needed from outside the repository.
 # Minimal single-node Ceph (1 mon, 1 osd, no mgr) + radosgw on 127.0.0.1, all state under $1.
 # usage: rgw-up.sh DIR RGW_PORT [memstore|bluestore]   (needs: apt-get install --no-install-recommends ceph-mon ceph-osd radosgw)
+# DSTL_RGW_BLOCK_BYTES: the BlueStore block file's size (sparse; default 20 GiB). Deleted objects keep their
+# space until RGW's garbage collection (hours), so a long benchmark that rewrites big objects needs more.
 # Writes DIR/env with S3 endpoint/keys, and DIR/pids with the daemon PIDs (stop with s3-down.sh DIR).
 set -euo pipefail
 D=$(realpath -m "$1"); RGW_PORT=$2; STORE=${3:-memstore}
@@ -48,7 +50,7 @@ osd objectstore = $STORE
 memstore device bytes = 4294967296
 bluestore block path = $D/osd0.block
 bluestore block create = true
-bluestore block size = 21474836480
+bluestore block size = ${DSTL_RGW_BLOCK_BYTES:-21474836480}
 bluestore fsck on mount = false
 osd memory target = 1073741824
 bluestore cache autotune = false

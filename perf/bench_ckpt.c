@@ -1,0 +1,232 @@
+/*
+ * perf/bench_ckpt.c — FLIP-158's checkpoint benchmark on the reference state backend
+ * (backend/): P tasks in one process under a steady update rate, a checkpoint every second,
+ * in two modes one after the other on the same workload:
+ *   changelog  DSTL: each checkpoint persists the changes since the last materialization;
+ *              every task materializes every M seconds (staggered) through its own storage;
+ *   full       every checkpoint writes the full state (a non-incremental baseline).
+ * One checkpoint at a time; a trigger that finds one running is skipped (ckpt.MODE.skipped).
+ * Each mode runs until it has COMPLETED the checkpoint count (skipped triggers are counted
+ * apart and do not count towards it). After each mode, its final checkpoint is restored from
+ * S3 alone (fresh local dirs: no local copy) onto P tasks, timed (restore.MODE_s), and every
+ * key is compared with the live state; the changelog mode's is also restored rescaled.
+ *
+ *   bench_ckpt DIR BUCKET OUT_DIR
+ * S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY (S3_REGION): the endpoint (perf/ckpt.sh).
+ * Knobs (environment; defaults are the issue's: P = 50, >= 300 checkpoints a mode):
+ *   DSTL_CKPT_TASKS 50, DSTL_CKPT_CHECKPOINTS 300, DSTL_CKPT_STATE_MB 700 (all tasks: a full snapshot takes >= 5 s on the RGW here),
+ *   DSTL_CKPT_VALUE_BYTES 1024, DSTL_CKPT_RATE 3000 (updates/s in all),
+ *   DSTL_CKPT_MATERIALIZE_S 60, DSTL_CKPT_MODES "changelog full",
+ *   DSTL_CKPT_FULL_CHECKPOINTS (the full mode's count, when it must differ: each of its
+ *   checkpoints writes the whole state, and a test RGW keeps deleted objects' space until its
+ *   garbage collection runs, hours later: 300 x 700 MB needs that much disk).
+ * Prints `name value unit` lines; writes OUT_DIR/ckpt-MODE.dat (completion time, duration).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "backend/job.h"
+
+/* S3 Standard prices (us-east-1, as published in 2026): what usd_per_month is computed from. */
+#define USD_PER_1000_PUT 0.005
+#define USD_PER_GB_MONTH 0.023
+#define CKPTS_PER_MONTH (30.0 * 24 * 3600)     /* one a second */
+
+static double envf(const char *k, double def)
+{
+    const char *v = getenv(k);
+    return v && *v ? atof(v) : def;
+}
+
+static const char *need(const char *k)
+{
+    const char *v = getenv(k);
+    if (!v || !*v) {
+        fprintf(stderr, "bench_ckpt: %s is not set\n", k);
+        exit(1);
+    }
+    return v;
+}
+
+static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix,
+                                  const char *in_flight, const char *timeout)
+{
+    dstl_config *c;
+    char uri[512];
+    snprintf(uri, sizeof uri, "s3://%s/%s", bucket, prefix);
+    const char *region = getenv("S3_REGION") ? getenv("S3_REGION") : "us-east-1";
+    dstl_storage *s = NULL;
+    if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
+        dstl_config_set(c, "dstl.remote.uri", uri) < 0 || dstl_config_set(c, "dstl.durability", "remote") < 0 ||
+        dstl_config_set(c, "dstl.s3.endpoint", need("S3_ENDPOINT")) < 0 ||
+        dstl_config_set(c, "dstl.s3.region", region) < 0 ||
+        dstl_config_set(c, "dstl.s3.access-key", need("S3_ACCESS_KEY")) < 0 ||
+        dstl_config_set(c, "dstl.s3.secret-key", need("S3_SECRET_KEY")) < 0 ||
+        dstl_config_set(c, "dstl.s3.path-style", "true") < 0 ||
+        (in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
+        (timeout && dstl_config_set(c, "dstl.upload.timeout", timeout) < 0) ||
+        dstl_storage_open(c, &s) < 0) {
+        fprintf(stderr, "bench_ckpt: storage %s: %s\n", dir, dstl_last_error());
+        exit(1);
+    }
+    dstl_config_free(c);
+    return s;
+}
+
+typedef struct {
+    double p99_ms, restore_s;
+} mode_out;
+
+static void stats(dstl_storage *s, dstl_stats *st)
+{
+    if (dstl_storage_stats(s, st) < 0) memset(st, 0, sizeof *st);
+}
+
+static int run_mode(const char *mode, const char *dir, const char *bucket, const char *out, mode_out *mo)
+{
+    int m = !strcmp(mode, "full") ? BK_FULL : BK_CHANGELOG;
+    uint32_t P = (uint32_t)envf("DSTL_CKPT_TASKS", 50);
+    double state_mb = envf("DSTL_CKPT_STATE_MB", 700), vlen = envf("DSTL_CKPT_VALUE_BYTES", 1024);
+    job_opts o = {.name = mode, .mode = m, .parallelism = P, .max_parallelism = 128, .workers = 2,
+                  .keys = (uint64_t)(state_mb * 1e6 / (vlen + 10)), .value_len = (size_t)vlen,
+                  .updates_per_s = envf("DSTL_CKPT_RATE", 3000), .interval_s = 1,
+                  .materialize_s = envf("DSTL_CKPT_MATERIALIZE_S", 60),
+                  .min_checkpoints = (uint64_t)envf(m == BK_FULL && getenv("DSTL_CKPT_FULL_CHECKPOINTS")
+                                                        ? "DSTL_CKPT_FULL_CHECKPOINTS" : "DSTL_CKPT_CHECKPOINTS", 300),
+                  .min_s = 0,
+                  .verbose = 1};
+    o.max_s = (double)o.min_checkpoints * 30 + 600;
+    char d1[1024], d2[1024], p1[256], p2[256];
+    snprintf(d1, sizeof d1, "%s/%s-changelog", dir, mode);
+    snprintf(d2, sizeof d2, "%s/%s-snapshots", dir, mode);
+    snprintf(p1, sizeof p1, "ckpt-%s/changelog", mode);
+    snprintf(p2, sizeof p2, "ckpt-%s/snapshots", mode);
+    /* the snapshot storage: its own dir, prefix and in-flight bound (backend/backend.h), and
+     * a bulk upload timeout: its batches are 10 MB and hundreds of them queue at once (a full
+     * snapshot); the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
+     * latency-bound checkpoint segments, not those */
+    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, NULL, NULL) : NULL;
+    dstl_storage *sn = open_storage(d2, bucket, p2, "256mb", "30s");
+    bk_env *env;
+    job *j;
+    job_result r;
+    if (bk_env_open(cl, sn, &env) < 0 || job_open(env, &o, &j) < 0) {
+        fprintf(stderr, "bench_ckpt: %s: set-up failed: %s\n", mode, dstl_last_error());
+        return 1;
+    }
+    dstl_stats c0 = {0}, s0, c1 = {0}, s1;
+    if (cl) stats(cl, &c0);
+    stats(sn, &s0);
+    int rc = job_run(j, &r);
+    if (cl) stats(cl, &c1);
+    stats(sn, &s1);
+    if (rc < 0) fprintf(stderr, "bench_ckpt: %s: run failed: %s\n", mode, dstl_strerror(rc));
+    double n = r.completed ? (double)r.completed : 1;
+    double q[4] = {0.5, 0.9, 0.99, 0.999};
+    const char *qn[4] = {"p50", "p90", "p99", "p999"};
+    if (m == BK_FULL) printf("# full: every checkpoint writes the full state (a non-incremental baseline)\n");
+    printf("ckpt.%s.checkpoints %" PRIu64 " count\n", mode, r.completed);
+    printf("ckpt.%s.skipped %" PRIu64 " count\n", mode, r.skipped);
+    printf("ckpt.%s.failed %" PRIu64 " count\n", mode, r.failed);
+    printf("ckpt.%s.materialization_failures %" PRIu64 " count\n", mode, r.materialization_failures);
+    printf("ckpt.%s.run_s %.1f s\n", mode, r.run_s);
+    printf("ckpt.%s.state_mb %.1f MB\n", mode, (double)r.state_bytes / 1e6);
+    if (m == BK_CHANGELOG || !strstr(getenv("DSTL_CKPT_MODES") ? getenv("DSTL_CKPT_MODES") : "changelog", "changelog"))
+        printf("ckpt.state_mb %.1f MB\n", (double)r.state_bytes / 1e6);   /* key bytes + values */
+    for (int k = 0; k < 4; k++)
+        printf("ckpt.%s.%s_ms %.1f ms\n", mode, qn[k], job_quantile(r.durations_ms, r.completed, q[k]));
+    mo->p99_ms = job_quantile(r.durations_ms, r.completed, 0.99);
+    uint64_t req = (c1.remote_requests - c0.remote_requests) + (s1.remote_requests - s0.remote_requests);
+    uint64_t bytes = (c1.remote_bytes_written - c0.remote_bytes_written) + (s1.remote_bytes_written - s0.remote_bytes_written);
+    printf("ckpt.%s.bytes_per_ckpt %.0f bytes\n", mode, (double)bytes / n);
+    printf("ckpt.%s.requests_per_ckpt %.2f requests\n", mode, (double)req / n);
+    printf("ckpt.%s.materializations %" PRIu64 " count\n", mode, r.materializations);
+    if (m == BK_CHANGELOG) {
+        uint64_t segs = c1.segments_written - c0.segments_written;
+        printf("ckpt.changelog.changelog_bytes_per_ckpt %.0f bytes\n",
+               (double)(c1.remote_bytes_written - c0.remote_bytes_written) / n);
+        printf("ckpt.changelog.segment_bytes %.0f bytes\n",
+               segs ? (double)(c1.segment_bytes - c0.segment_bytes) / (double)segs : 0.0);
+        /* retained in S3: the last snapshot of every task + the changelog since (on average
+         * half a materialization interval of changes) */
+        double gb = ((double)r.state_bytes + (double)(c1.remote_bytes_written - c0.remote_bytes_written) /
+                     r.run_s * o.materialize_s / 2) / 1e9;
+        double usd = (double)req / n * CKPTS_PER_MONTH * USD_PER_1000_PUT / 1000 + gb * USD_PER_GB_MONTH;
+        printf("# S3 Standard prices: $%.3f per 1000 PUT requests, $%.3f per GB-month; a checkpoint a second\n",
+               USD_PER_1000_PUT, USD_PER_GB_MONTH);
+        printf("ckpt.changelog.usd_per_month %.2f USD\n", usd);
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ckpt-%s.dat", out, mode);
+    FILE *f = fopen(path, "w");
+    for (uint64_t i = 0; f && i < r.completed; i++) fprintf(f, "%.3f %.3f\n", r.completed_at_s[i], r.durations_ms[i]);
+    if (f) fclose(f);
+    /* restore from S3 alone: storages with fresh, empty local dirs */
+    char why[512], rd1[1024], rd2[1024];
+    snprintf(rd1, sizeof rd1, "%s/%s-restore-changelog", dir, mode);
+    snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
+    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, NULL, NULL) : NULL;
+    dstl_storage *rsn = open_storage(rd2, bucket, p2, NULL, "30s");
+    double rs = 0;
+    int ck = rc < 0 ? rc : job_check(j, rsn, rcl, P, &rs, why, sizeof why);
+    printf("restore.%s_s %.2f s\n", mode, rs);
+    double ps, pc;
+    job_restore_passes(j, &ps, &pc);
+    dstl_stats rst = {0};
+    stats(rsn, &rst);
+    if (rcl) {
+        dstl_stats x;
+        stats(rcl, &x);
+        rst.restore_bytes_fetched += x.restore_bytes_fetched;
+        rst.restore_requests += x.restore_requests;
+    }
+    printf("restore.%s.snapshots_s %.2f s\n", mode, ps);
+    if (m == BK_CHANGELOG) printf("restore.%s.changelogs_s %.2f s\n", mode, pc);
+    printf("restore.%s.fetched_mb %.1f MB\n", mode, (double)rst.restore_bytes_fetched / 1e6);
+    printf("restore.%s.requests %" PRIu64 " count\n", mode, rst.restore_requests);
+    printf("ckpt.%s.check %s\n", mode, ck == 0 ? "ok" : "FAILED");
+    if (ck < 0) fprintf(stderr, "bench_ckpt: %s: restore check: %s\n", mode, why);
+    mo->restore_s = rs;
+    if (ck == 0 && m == BK_CHANGELOG) {
+        uint32_t np = P > 1 ? P * 3 / 4 : 2;
+        ck = job_check(j, rsn, rcl, np, NULL, why, sizeof why);
+        printf("ckpt.%s.check_rescaled_p%u %s\n", mode, np, ck == 0 ? "ok" : "FAILED");
+        if (ck < 0) fprintf(stderr, "bench_ckpt: %s: rescaled restore check: %s\n", mode, why);
+    }
+    fflush(stdout);
+    dstl_storage_close(rcl);
+    dstl_storage_close(rsn);
+    job_close(j);
+    job_result_free(&r);
+    bk_env_close(env);
+    dstl_storage_close(cl);
+    dstl_storage_close(sn);
+    return ck == 0 && rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "usage: bench_ckpt DIR BUCKET OUT_DIR\n");
+        return 2;
+    }
+    mkdir(argv[3], 0755);
+    const char *modes = getenv("DSTL_CKPT_MODES") ? getenv("DSTL_CKPT_MODES") : "changelog full";
+    printf("# P = %.0f tasks, max parallelism 128, state %.0f MB (values of %.0f bytes), %.0f updates/s, a checkpoint "
+           "every 1 s, changelog materializes every %.0f s per task (staggered); each mode runs until %.0f "
+           "checkpoints completed (full: %.0f; skipped triggers are counted apart)\n",
+           envf("DSTL_CKPT_TASKS", 50), envf("DSTL_CKPT_STATE_MB", 700), envf("DSTL_CKPT_VALUE_BYTES", 1024),
+           envf("DSTL_CKPT_RATE", 3000), envf("DSTL_CKPT_MATERIALIZE_S", 60), envf("DSTL_CKPT_CHECKPOINTS", 300),
+           envf(getenv("DSTL_CKPT_FULL_CHECKPOINTS") ? "DSTL_CKPT_FULL_CHECKPOINTS" : "DSTL_CKPT_CHECKPOINTS", 300));
+    mode_out cl = {0}, full = {0};
+    int bad = 0;
+    if (strstr(modes, "changelog")) bad |= run_mode("changelog", argv[1], argv[2], argv[3], &cl);
+    if (strstr(modes, "full")) bad |= run_mode("full", argv[1], argv[2], argv[3], &full);
+    if (cl.p99_ms > 0 && full.p99_ms > 0) printf("ckpt.p99_ratio %.3f x\n", cl.p99_ms / full.p99_ms);
+    if (cl.restore_s > 0 && full.restore_s > 0) printf("restore.ratio %.3f x\n", cl.restore_s / full.restore_s);
+    return bad;
+}

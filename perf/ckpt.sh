@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# perf/ckpt.sh BUILD_DIR [OUT_DIR] — FLIP-158's checkpoint benchmark (perf/bench_ckpt.c) against
+# S3_ENDPOINT (perf/run.sh exports the RGW it starts). Prints, besides bench_ckpt's lines:
+#   ckpt.changelog.put_p99_ms        bare PUTs of the changelog's mean segment size, same run
+#   ckpt.changelog.p99_budget_ms     persist-delay (10 ms) + 1.3 x that PUT p99
+#   ckpt.changelog.p99_vs_budget     ckpt.changelog.p99_ms / the budget (goal <= 1)
+# and draws OUT_DIR/ckpt-durations.png (gnuplot): both modes' checkpoint durations over the run.
+# OUT_DIR defaults to BUILD_DIR/perf-out. The knobs are bench_ckpt's DSTL_CKPT_* (a short local
+# run: DSTL_CKPT_CHECKPOINTS=30 DSTL_CKPT_STATE_MB=100).
+set -euo pipefail
+B=${1:?usage: perf/ckpt.sh BUILD_DIR [OUT_DIR]}
+OUT=${2:-$B/perf-out}
+: "${S3_ENDPOINT:?}" "${S3_ACCESS_KEY:?}" "${S3_SECRET_KEY:?}"
+REGION=${S3_REGION:-us-east-1}
+mkdir -p "$OUT"
+W=$(mktemp -d /tmp/dstl-perf-ckpt.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+BUCKET=dstl-ckpt-$$
+SIG=(--aws-sigv4 "aws:amz:$REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
+curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
+out="$W/lines"; : > "$out"
+emit() { tee -a "$out"; }
+val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
+echo "# checkpoints of the reference state backend (FLIP-158's benchmark shape), changelog then full"
+"$B/perf/bench_ckpt" "$W/d" "$BUCKET" "$OUT" | emit || echo "perf/ckpt.sh: bench_ckpt failed (see above)" >&2
+seg=$(val ckpt.changelog.segment_bytes); seg=${seg%.*}
+if [ -n "$seg" ] && [ "$seg" -gt 0 ]; then
+  "$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 100 > "$W/put.txt"
+  python3 - "$W/put.txt" "$(val ckpt.changelog.p99_ms)" <<'PY' | emit
+import sys
+put = {l.split()[0]: float(l.split()[1]) for l in open(sys.argv[1]) if len(l.split()) >= 2}
+p99 = float(sys.argv[2] or 'nan')
+put_ms = put.get("remote.put_p99_us", float("nan")) / 1000
+budget = 10 + 1.3 * put_ms
+print(f"ckpt.changelog.put_p99_ms {put_ms:.1f} ms")
+print(f"ckpt.changelog.p99_budget_ms {budget:.1f} ms")
+print(f"ckpt.changelog.p99_vs_budget {p99 / budget:.3f} x")
+PY
+fi
+if command -v gnuplot >/dev/null && [ -s "$OUT/ckpt-changelog.dat" ]; then
+  full=""; [ -s "$OUT/ckpt-full.dat" ] && full=", '$OUT/ckpt-full.dat' using 1:2 with points pt 7 ps 0.4 lc rgb '#d62728' title 'full snapshot every checkpoint (baseline)'"
+  gnuplot <<GP && echo "# plot: $OUT/ckpt-durations.png"
+set terminal png size 1100,600
+set output '$OUT/ckpt-durations.png'
+set title 'Checkpoint duration, P = ${DSTL_CKPT_TASKS:-50} tasks, state $(val ckpt.state_mb) MB, a checkpoint every 1 s (trigger to the last task durable)'
+set xlabel 'time into the mode (s)'
+set ylabel 'checkpoint duration (ms)'
+set logscale y
+set grid
+set key top left
+plot '$OUT/ckpt-changelog.dat' using 1:2 with points pt 7 ps 0.4 lc rgb '#1f77b4' title 'changelog (DSTL + materialization)'$full
+GP
+fi
