@@ -45,6 +45,9 @@
  * thread writes every byte of a restore into fresh memory, and faulting it in 4 KiB pages
  * (a fault, a zeroed page and a cgroup charge each) cost it more than the sockets' copy. */
 #define FETCH_HUGE_BYTES (2ull << 20)
+/* How long extents marked first may hold back the others while none of their bytes came:
+ * longer than a small GET takes (a few ms), short beside a restore. */
+#define FETCH_FIRST_HOLD_MS 50u
 
 enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
 
@@ -66,6 +69,7 @@ typedef struct extent {
     int uses, waiters;
     int reserved;               /* the reserve hook counted len */
     int first;                  /* fetched before the object's other extents (fetch_first) */
+    uint64_t started_ms;        /* when its GET started */
     _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
     _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
     waiter *wl;
@@ -79,6 +83,8 @@ typedef struct {
     uint64_t off, end;
 } span;
 
+#define FETCH_FIRST_MAX 2
+
 typedef struct {
     char *bucket, *key;
     uint64_t len;
@@ -88,7 +94,8 @@ typedef struct {
     extent **ext;               /* sorted by off, disjoint */
     size_t next, cap_ext;
     int fetched;
-    uint64_t first_off;         /* fetch_first: [first_off, len) goes first (0: none) */
+    span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
+    int nfirst;
 } object;
 
 struct fetch_set {
@@ -269,7 +276,7 @@ static void on_progress(void *ctx, size_t n, uint64_t object_size)
  * start on their sections as the bytes stream in), then by the object's prio, then offset. */
 static int64_t extent_rank(const object *ob, const extent *x)
 {
-    return x->first ? ob->prio - 2 * (INT64_MAX / 4) : ob->first_off ? ob->prio - INT64_MAX / 4 : ob->prio;
+    return x->first ? ob->prio - 2 * (INT64_MAX / 4) : ob->nfirst ? ob->prio - INT64_MAX / 4 : ob->prio;
 }
 
 static extent *next_queued(fetch_set *f)
@@ -286,7 +293,7 @@ static extent *next_queued(fetch_set *f)
                 best = x;
                 br = r;
             }
-            if (!ob->first_off) break;      /* no first extent: this is the object's pick */
+            if (!ob->nfirst) break;         /* no first extent: this is the object's pick */
         }
     }
     return best;
@@ -311,11 +318,29 @@ static void unstick(fetch_set *f)
 }
 
 /* Starts GETs while slots and budget allow. Under mu. */
+/* Whether extents marked first still get the link to themselves: one of them is queued, or
+ * in flight with no byte arrived yet for less than FETCH_FIRST_HOLD_MS. A server serves a
+ * burst of requests in about the order they came, so the small first GETs get their answer
+ * a round trip after they were sent, not after the bodies sent with them. Under mu. */
+static int first_pending(const fetch_set *f, uint64_t now)
+{
+    for (size_t i = 0; i < f->nobj; i++)
+        for (size_t k = 0; f->objs[i].nfirst && k < f->objs[i].next; k++) {
+            const extent *x = f->objs[i].ext[k];
+            if (x->first && (x->state == X_QUEUED ||
+                             (x->state == X_FETCHING && atomic_load(&x->got) == 0 && now - x->started_ms < FETCH_FIRST_HOLD_MS)))
+                return 1;
+        }
+    return 0;
+}
+
 static void admit(fetch_set *f)
 {
     unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
     extent *x;
+    uint64_t now = now_ms();
     while (f->inflight < max && (x = next_queued(f))) {
+        if (!x->first && first_pending(f, now)) return;
         if (x->len > f->o.budget_bytes) {           /* can never be held */
             set_state(x, X_DIRECT);
             continue;
@@ -343,6 +368,7 @@ static void admit(fetch_set *f)
             continue;
         }
         x->state = X_FETCHING;
+        x->started_ms = now;
         f->inflight++;
     }
     f->blocked_since_ms = 0;
@@ -552,14 +578,14 @@ int fetch_commit(fetch_set *f, uint32_t id)
         memcpy(mg, ob->pend, ob->npend * sizeof *mg);
         m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
     }
-    for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
-    if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) {
-        /* fetch_first: the tail is its own extent, fetched before the rest of the object */
-        size_t before = ob->next;
-        if (ob->first_off && ob->next == 0 && (rc = cover(f, ob, id, ob->first_off, ob->len)) == 0)
-            for (size_t k = before; k < ob->next; k++) ob->ext[k]->first = 1;
-        if (rc == 0) rc = cover(f, ob, id, 0, ob->len);
+    /* fetch_first: those ranges are extents of their own, fetched before any other */
+    for (int i = 0; rc == 0 && i < ob->nfirst; i++) {
+        rc = cover(f, ob, id, ob->first[i].off, ob->first[i].end);
+        for (size_t k = 0; rc == 0 && k < ob->next; k++)
+            if (ob->ext[k]->off >= ob->first[i].off && ob->ext[k]->off < ob->first[i].end) ob->ext[k]->first = 1;
     }
+    for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
+    if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) rc = cover(f, ob, id, 0, ob->len);
     for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);
     free(mg);
     /* each range is one use of every extent it overlaps, as fetch_release will count it */
@@ -576,11 +602,14 @@ int fetch_commit(fetch_set *f, uint32_t id)
     return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
 }
 
-void fetch_first(fetch_set *f, uint32_t id, uint64_t off)
+int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
 {
     pthread_mutex_lock(&f->mu);
-    if (off < f->objs[id].len) f->objs[id].first_off = off;
+    object *ob = &f->objs[id];
+    int ok = len && off + len <= ob->len && ob->nfirst < FETCH_FIRST_MAX;
+    if (ok) ob->first[ob->nfirst++] = (span){off, off + len};
     pthread_mutex_unlock(&f->mu);
+    return ok ? 0 : -EINVAL;
 }
 
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)

@@ -15,9 +15,9 @@
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an object's prio, then offset), at most max_gets at once, and only while the
  *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
- *            fetch_first marks an object's tail (from an offset to its end) to go first, as its
- *            own extent, when the whole object is fetched (the restore plan's first objects:
- *            their footers arrive before their sections do).
+ *            fetch_first marks a range of an object (at most two per object) to be an extent of
+ *            its own, fetched before every other extent (the restore plan's first objects: their
+ *            footers, and the first section a reader needs, arrive before the rest).
  *   holding  an extent's bytes stay in memory while it has uses; the last release frees them
  *            (a failed GET's too: what it had handed over stays valid for those holding uses).
  *   reading  fetch_read copies a range out of the extents, waiting while they are queued or
@@ -85,9 +85,11 @@ int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t obj
 int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 /* Makes extents of id's pending ranges and queues them. Returns 0 or -ENOMEM. */
 int fetch_commit(fetch_set *f, uint32_t id);
-/* When object id is fetched whole, [off, its end) is one extent of its own, fetched before the
- * rest (one more GET for the object). Before fetch_commit; off 0 or past the end: no effect. */
-void fetch_first(fetch_set *f, uint32_t id, uint64_t off);
+/* [off, off + len) of object id becomes an extent of its own at the next fetch_commit, fetched
+ * before every extent not so marked (it costs one more GET when the object is fetched whole).
+ * Before fetch_commit; at most two per object. 0, or -EINVAL (outside the object, empty, a
+ * third range). */
+int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 /* Drops one use of every extent [off, off + len) overlaps (the range of an earlier fetch_need). */
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 
