@@ -317,7 +317,6 @@ static void unstick(fetch_set *f)
     f->blocked_since_ms = 0;
 }
 
-/* Starts GETs while slots and budget allow. Under mu. */
 /* Whether extents marked first still get the link to themselves: one of them is queued, or
  * in flight with no byte arrived yet for less than FETCH_FIRST_HOLD_MS. A server serves a
  * burst of requests in about the order they came, so the small first GETs get their answer
@@ -334,6 +333,7 @@ static int first_pending(const fetch_set *f, uint64_t now)
     return 0;
 }
 
+/* Starts GETs while slots and budget allow (others wait while first_pending). Under mu. */
 static void admit(fetch_set *f)
 {
     unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
