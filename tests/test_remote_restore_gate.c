@@ -6,8 +6,8 @@
  * gate is closed: a record then can only come from bytes handed over as they streamed in (its
  * section, its segment's footer fetched first), verified.
  *
- * No durations are asserted: the state (the gate holds bytes back, the plan has fetched less
- * than its objects) when the record comes. A reader that waits for whole objects never gets
+ * No durations are asserted: the state when the record comes (the plan has fetched less than
+ * its objects, and none of them can be complete). A reader that waits for whole objects never gets
  * one while the gate is closed: after 60 s the test opens it and fails.
  */
 #include <criterion/criterion.h>
@@ -47,7 +47,8 @@ typedef struct {
     pthread_cond_t cv;
     int closed;
     uint64_t limit;             /* answer bytes per connection while closed */
-    _Atomic int held;           /* connections holding answer bytes back now */
+    _Atomic int held;           /* connections holding answer bytes back (from reaching the
+                                 * limit until the gate opens or they end) */
 } gate;
 
 typedef struct {
@@ -77,20 +78,22 @@ static void *conn_thread(void *arg)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g->up_port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     uint64_t answered = 0;
+    int holding = 0;
     if (ufd >= 0 && connect(ufd, (struct sockaddr *)&a, sizeof a) == 0) {
         while (!atomic_load(&g->stop)) {
             pthread_mutex_lock(&g->mu);
             int hold = g->closed && answered >= g->limit;
             pthread_mutex_unlock(&g->mu);
+            if (hold != holding) atomic_fetch_add(&g->held, hold ? 1 : -1);
+            holding = hold;
             struct pollfd p[2] = {{c->cfd, POLLIN, 0}, {ufd, hold ? 0 : POLLIN, 0}};
-            if (hold) atomic_fetch_add(&g->held, 1);
             int n = poll(p, 2, 50);
-            if (hold) atomic_fetch_sub(&g->held, 1);
             if (n < 0) break;
             if ((p[0].revents & (POLLIN | POLLHUP)) && pump(c->cfd, ufd, NULL) < 0) break;
             if ((p[1].revents & (POLLIN | POLLHUP)) && pump(ufd, c->cfd, &answered) < 0) break;
         }
     }
+    if (holding) atomic_fetch_sub(&g->held, 1);
     if (ufd >= 0) close(ufd);
     close(c->cfd);
     free(c);
@@ -287,8 +290,9 @@ Test(remote_restore_gate, a_reader_gets_its_first_record_before_its_object_has_a
     pthread_join(t, NULL);
     cr_assert(got, "no record while the gate held every object back (the reader waited for whole objects)");
     cr_assert_eq(fr.rc, 1, "%s", dstl_last_error());
-    cr_assert_gt(held, 0, "the gate was holding answer bytes back when the record came");
-    cr_assert_lt(st.bytes_fetched, st.object_bytes, "the plan had not fetched its objects yet");
+    /* every connection gets at most half the smallest object while the gate is closed, so no
+     * object was complete; the record may even come before any connection reached the limit */
+    cr_assert_lt(st.bytes_fetched, st.object_bytes, "the plan had not fetched its objects yet (%d held)", held);
     uint64_t seq = dstl_handle_from_seq(last[0]);
     size_t len = payload_len(0, seq, MAX_LEN);
     cr_assert_eq(fr.rec.seq, seq);
