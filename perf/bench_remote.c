@@ -13,7 +13,10 @@
  *       last materialization; on the flat-out runs those handles are restored with the local
  *       dir deleted, as a restarted job restores: one restore plan, one entry (task) per
  *       handle, every reader at once on up to 64 threads (recovery.wN.mb_s, .object_mb_s,
- *       .requests, .first_record_ms); the keys of the objects they name go to KEYS_FILE ("" for
+ *       .requests, .first_record_ms; and where the time goes: .ms the whole restore, .plan_ms
+ *       dstl_restore_plan, .fetch_done_ms when its last byte arrived, .cpu_ms this process's CPU
+ *       time meanwhile — the S3 server shares the machine's cores, so a restore's CPU slows
+ *       the server it reads from); the keys of the objects they name go to KEYS_FILE ("" for
  *       none) for the raw-GET peer (perf/remote.sh). With `rescale`, four more storages (four
  *       new tasks after a rescale) each restore a quarter of the key groups from the handles
  *       of the old writers whose ranges meet it:
@@ -24,6 +27,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,9 +203,43 @@ static void *recover_thread(void *arg)
 
 typedef struct {
     double secs, first_ms;
+    double plan_ms;             /* dstl_restore_plan's own time */
+    double fetch_ms;            /* when the plan's last fetched byte arrived (after t0) */
+    double cpu_ms;              /* the process's CPU time (user + system) during the restore */
     uint64_t record_bytes;
     dstl_restore_stats st;
 } restore_result;
+
+/* Samples the plan's bytes fetched every 2 ms: the time the last byte arrived says how much
+ * of a restore is the fetch and how much the readers' work after it. */
+typedef struct {
+    dstl_restore *p;
+    double t0, last_change;
+    uint64_t last_bytes;
+    _Atomic int stop;
+} fetch_watch;
+
+static void *watch_thread(void *arg)
+{
+    fetch_watch *w = arg;
+    while (!atomic_load(&w->stop)) {
+        dstl_restore_stats st;
+        dstl_restore_get_stats(w->p, &st);
+        if (st.bytes_fetched != w->last_bytes) {
+            w->last_bytes = st.bytes_fetched;
+            w->last_change = now_s() - w->t0;
+        }
+        usleep(2000);
+    }
+    return NULL;
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
 
 /* Restores the n handles over [kgf, kgl] through one plan: one entry per handle (a task each)
  * when per_task, else one entry holding them all (one rescaled task); up to 64 threads read
@@ -214,9 +252,13 @@ static restore_result restore_once(dstl_storage *s, dstl_handle **h, int n, int 
         e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[per_task ? i : 0], per_task ? 1 : (size_t)n, kgf, kgl};
     restore_result res = {0};
     _Atomic uint64_t first_ns = 0;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     dstl_restore *p;
     if (dstl_restore_plan(s, e, (size_t)ne, &p) < 0) die("restore plan");
+    res.plan_ms = (now_s() - t0) * 1e3;
+    fetch_watch fw = {.p = p, .t0 = t0};
+    pthread_t wt;
+    pthread_create(&wt, NULL, watch_thread, &fw);
     if (per_task) {
         size_t nt = n < 64 ? (size_t)n : 64;
         rec_job *rj = calloc(nt, sizeof *rj);
@@ -243,6 +285,10 @@ static restore_result restore_once(dstl_storage *s, dstl_handle **h, int n, int 
         }
     }
     res.secs = now_s() - t0;
+    res.cpu_ms = (cpu_s() - c0) * 1e3;
+    atomic_store(&fw.stop, 1);
+    pthread_join(wt, NULL);
+    res.fetch_ms = fw.last_change * 1e3;
     res.first_ms = (double)atomic_load(&first_ns) / 1e6;
     dstl_restore_get_stats(p, &res.st);
     if (dstl_restore_close(p) < 0) die("restore close");
@@ -270,6 +316,11 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
            r.st.objects ? (double)r.st.get_requests / (double)r.st.objects : 0.0);
     printf("recovery.w%d.first_record_ms %.1f ms\n", n, r.first_ms);
     printf("recovery.w%d.held_peak_mb %.1f MB\n", n, (double)r.st.held_peak_bytes / 1e6);
+    printf("recovery.w%d.ms %.1f ms\n", n, r.secs * 1e3);
+    printf("recovery.w%d.direct_reads %" PRIu64 " reads\n", n, r.st.direct_reads);
+    printf("recovery.w%d.plan_ms %.1f ms\n", n, r.plan_ms);
+    printf("recovery.w%d.fetch_done_ms %.1f ms\n", n, r.fetch_ms);
+    printf("recovery.w%d.cpu_ms %.1f ms\n", n, r.cpu_ms);
     if (!rescale) return;
     double worst = 0;
     for (int q = 0; q < 4; q++) {

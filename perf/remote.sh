@@ -9,6 +9,9 @@
 #   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
 #   recovery.wN.{mb_s,requests,first_record_ms}  the flat-out runs' last handles restored from
 #                                               S3 alone by one restore plan, every task at once
+#   recovery.wN.{ms,plan_ms,fetch_done_ms,cpu_ms}  where that restore's time goes: in all, in
+#                                               dstl_restore_plan, until its last byte came, and
+#                                               the bench's CPU time (the RGW shares the cores)
 #   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects;
 #                                               vs_raw = the restore's fetched MB/s / raw MB/s
 #   recovery.wN.requests_vs_objects             GETs / objects needed (all key groups read)

@@ -131,6 +131,9 @@ struct s3_req {
     int (*check)(void *ctx, s3_reply *rep);
     int max_attempts;
     uint64_t get_offset;
+    void (*progress)(void *pctx, size_t final_bytes, uint64_t object_size);
+    void *progress_ctx;
+    size_t get_final;         /* streamed GET: [0, get_final) of get_buf was handed over (final) */
     bool verify, end_on_corrupt;
     char payload_hash[65];
     char crc_b64[16];    /* sent as x-amz-checksum-crc32c ("" when not) */

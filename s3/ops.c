@@ -176,6 +176,13 @@ static bool key_ok(const char *key)
 int s3_get_object(s3_client *c, const char *bucket, const char *key, uint64_t offset,
                   void *buf, size_t len, s3_op **op_out, s3_done_fn cb, void *ctx)
 {
+    return s3_get_object_stream(c, bucket, key, offset, buf, len, NULL, NULL, op_out, cb, ctx);
+}
+
+int s3_get_object_stream(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+                         void *buf, size_t len, s3_progress_fn progress, void *pctx,
+                         s3_op **op_out, s3_done_fn cb, void *ctx)
+{
     if (!key_ok(key) || (len && !buf)) return -EINVAL;
     if (len == 0) {
         /* nothing to read: a HEAD says whether the object exists */
@@ -186,7 +193,8 @@ int s3_get_object(s3_client *c, const char *bucket, const char *key, uint64_t of
     snprintf(range, sizeof range, "bytes=%" PRIu64 "-%" PRIu64, offset, offset + len - 1);
     s3_kv h[] = {{"range", range}};
     s3_req_spec spec = {.method = "GET", .headers = h, .n_headers = 1, .get_buf = buf,
-                        .get_len = len, .get_offset = offset};
+                        .get_len = len, .get_offset = offset, .progress = progress,
+                        .progress_ctx = pctx};
     simple_op *s = NULL;
     /* the op's offset is set before the first attempt can answer (in the loop) */
     int rc = simple_start(c, K_GET, "GET", bucket, key, NULL, &spec, op_out, cb, ctx, &s);

@@ -372,6 +372,8 @@ int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void 
     r->max_attempts = spec->max_attempts > 0 && spec->max_attempts < c->o.max_attempts
                           ? spec->max_attempts : c->o.max_attempts;
     r->get_offset = spec->get_offset;
+    r->progress = spec->progress;
+    r->progress_ctx = spec->progress_ctx;
     r->verify = spec->verify_write;
     r->end_on_corrupt = spec->end_on_corrupt;
     r->method = strdup(spec->method);

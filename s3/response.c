@@ -44,6 +44,37 @@ static bool body_append(s3_attempt *a, const char *p, size_t len)
     return true;
 }
 
+/* Bytes [at, at + n) of the range asked for into the attempt's destination; in the caller's
+ * buffer, bytes already handed over (a streamed GET's get_final) are never written again. */
+static void dst_put(s3_attempt *a, size_t at, const char *p, size_t n)
+{
+    size_t fin = a->dst_private ? 0 : a->req->get_final;
+    if (at < fin) {
+        size_t skip = fin - at < n ? fin - at : n;
+        at += skip, p += skip, n -= skip;
+    }
+    if (n) memcpy(a->dst + at, p, n);
+}
+
+/* A streamed GET: what the caller's buffer holds from byte 0 on is handed over. Only an
+ * attempt writing there, and only when its answer is the range asked for (a 206's
+ * Content-Range starts at the offset; a 200 is the whole object, cut as it streams). */
+static void stream_progress(s3_attempt *a)
+{
+    s3_req *r = a->req;
+    if (!r->progress || a->dst_private || a->dst_got <= r->get_final) return;
+    uint64_t size = a->have_length ? a->content_length : 0;
+    if (a->status == 206) {
+        const char *slash = strchr(a->content_range, '/');
+        char first[32];
+        int k = snprintf(first, sizeof first, "bytes %llu-", (unsigned long long)r->get_offset);
+        if (!slash || strncmp(a->content_range, first, (size_t)k) != 0) return;
+        size = strtoull(slash + 1, NULL, 10);
+    }
+    r->get_final = a->dst_got;
+    r->progress(r->progress_ctx, r->get_final, size);
+}
+
 bool s3_attempt_deliver(s3_attempt *a, const char *p, size_t len)
 {
     s3_req *r = a->req;
@@ -54,8 +85,9 @@ bool s3_attempt_deliver(s3_attempt *a, const char *p, size_t len)
         a->stream_pos += len;
         if (pos + len > lo && pos < hi) {
             uint64_t from = pos > lo ? pos : lo, to = pos + len < hi ? pos + len : hi;
-            memcpy(a->dst + (from - lo), p + (from - pos), (size_t)(to - from));
+            dst_put(a, (size_t)(from - lo), p + (from - pos), (size_t)(to - from));
             if (to - lo > a->dst_got) a->dst_got = (size_t)(to - lo);
+            stream_progress(a);
         }
         return true;
     }
@@ -64,8 +96,9 @@ bool s3_attempt_deliver(s3_attempt *a, const char *p, size_t len)
             a->dst_overflow = true;
             return false;
         }
-        memcpy(a->dst + a->dst_got, p, len);
+        dst_put(a, a->dst_got, p, len);
         a->dst_got += len;
+        stream_progress(a);
         return true;
     }
     return body_append(a, p, len);
@@ -195,7 +228,10 @@ int s3_attempt_reply(s3_attempt *a, int net_err, const char *net_msg, s3_reply *
         char why[256] = "";
         int rc = check_success(a, rep, why, sizeof why, corrupt);
         if (rc == 0) {
-            if (a->dst_private && a->dst_got) memcpy(r->get_buf, a->dst, a->dst_got);
+            /* a twin's bytes, after what a streamed GET handed over already */
+            if (a->dst_private && a->dst_got > r->get_final)
+                memcpy((uint8_t *)r->get_buf + r->get_final, a->dst + r->get_final,
+                       a->dst_got - r->get_final);
             rep->err = 0;
             rep->s3_code[0] = rep->message[0] = '\0';
             return 0;

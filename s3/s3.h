@@ -299,6 +299,18 @@ int s3_put_object(s3_client *c, const char *bucket, const char *key, const void 
 int s3_get_object(s3_client *c, const char *bucket, const char *key, uint64_t offset,
                   void *buf, size_t len, s3_op **op_out, s3_done_fn cb, void *ctx);
 
+/* As s3_get_object, and the body is handed over as it arrives: progress(pctx, n, size) runs
+ * on the client's thread (inside s3_client_run) each time more of buf is final, [0, n) of it:
+ * those bytes are the object's and are never written again by this operation — a retry or a
+ * hedged twin that wins only fills what follows them. size is the whole object's size the
+ * answer names (Content-Range, or the length of a 200 that ignored Range). progress must not
+ * call into the client. The callback cb still ends the operation as for s3_get_object (and
+ * may report a failure after some bytes were handed over: they stay valid). */
+typedef void (*s3_progress_fn)(void *pctx, size_t final_bytes, uint64_t object_size);
+int s3_get_object_stream(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+                         void *buf, size_t len, s3_progress_fn progress, void *pctx,
+                         s3_op **op_out, s3_done_fn cb, void *ctx);
+
 /* r->bytes = r->object_size = the size; r->etag. */
 int s3_head_object(s3_client *c, const char *bucket, const char *key, s3_op **op_out,
                    s3_done_fn cb, void *ctx);

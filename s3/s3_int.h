@@ -255,6 +255,8 @@ typedef struct s3_req_spec {
                              * gives it what is left of its budget) */
     uint64_t get_offset;    /* GET: the offset asked for (a 200 gives the whole object: the
                              * range is taken out of it) */
+    void (*progress)(void *pctx, size_t final_bytes, uint64_t object_size);
+    void *progress_ctx;     /* GET: s3_get_object_stream's hand-over of what arrived */
     bool verify_write;      /* PUT bodies: the stored copy is checked against the body (see
                              * s3_write_check); a differing copy fails the attempt, -EBADMSG */
     bool end_on_corrupt;    /* with verify_write: a differing copy ends the request at once

@@ -6,15 +6,26 @@
  * (disjoint, sorted by offset). Extents are allocated one by one (a GET's callback holds its
  * extent's address). `held` is the bytes of extents in memory (ready, or in flight).
  *
- * Threads: `mu` guards everything here; the set's thread starts GETs under it (s3_get_object
- * only queues) and runs the client's loop without it; readers wait on `cv`, which every
- * change of an extent's state broadcasts.
+ * Streaming: an extent's GET hands its bytes over as they arrive (s3_get_object_stream):
+ * `got` says how many from its start are final, so a read of bytes below it is served while
+ * the rest still streams. A reader waits on the first extent that lacks its bytes, with its
+ * own condition variable in that extent's waiter list and the offset it needs: the hand-over
+ * wakes exactly the readers whose bytes are in (64 readers waiting on one object are not all
+ * woken for every 16 KiB), and a change of the extent's state wakes all of its waiters.
+ *
+ * Threads: `mu` guards everything here but `got` and `min_need` (atomics); the set's thread
+ * starts GETs under it (s3_get_object_stream only queues) and runs the client's loop without
+ * it. The hand-over stores `got` and then reads `min_need` (the smallest offset a waiter
+ * needs); a reader stores its need into `min_need` and then reads `got`, under mu: one of the
+ * two sees the other's store, so the hand-over takes mu and wakes it, or it does not wait.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "dstl/read/fetch.h"
@@ -30,18 +41,38 @@
 /* The thread's longest sleep: it is woken for work (s3_client_wakeup); this only paces the
  * stuck check above. */
 #define FETCH_TICK_MS 20
+/* Extents this large get buffers of transparent huge pages (mapped, 2 MiB aligned): the fetch
+ * thread writes every byte of a restore into fresh memory, and faulting it in 4 KiB pages
+ * (a fault, a zeroed page and a cgroup charge each) cost it more than the sockets' copy. */
+#define FETCH_HUGE_BYTES (2ull << 20)
+/* How long extents marked first may hold back the others while none of their bytes came:
+ * longer than a small GET takes (a few ms), short beside a restore. */
+#define FETCH_FIRST_HOLD_MS 50u
 
 enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
 
 typedef struct fetch_set fetch_set;
+
+/* A reader waiting for bytes up to object offset `need` of one extent. */
+typedef struct waiter {
+    pthread_cond_t cv;
+    uint64_t need;
+    struct waiter *next;
+} waiter;
 
 typedef struct extent {
     fetch_set *f;
     uint32_t obj;
     int state;
     uint64_t off, len;
+    uint64_t obj_len;           /* the object's length (checked against what a GET names) */
     int uses, waiters;
     int reserved;               /* the reserve hook counted len */
+    int first;                  /* fetched before the object's other extents (fetch_first) */
+    uint64_t started_ms;        /* when its GET started */
+    _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
+    _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
+    waiter *wl;
     uint8_t *buf;
     s3_op *op;
     int err;
@@ -52,6 +83,8 @@ typedef struct {
     uint64_t off, end;
 } span;
 
+#define FETCH_FIRST_MAX 2
+
 typedef struct {
     char *bucket, *key;
     uint64_t len;
@@ -61,11 +94,12 @@ typedef struct {
     extent **ext;               /* sorted by off, disjoint */
     size_t next, cap_ext;
     int fetched;
+    span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
+    int nfirst;
 } object;
 
 struct fetch_set {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     pthread_t thread;
     int stop;
     fetch_opts o;
@@ -96,21 +130,89 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* ---- buffers ---- */
+
+static size_t huge_round(uint64_t len) { return (size_t)((len + FETCH_HUGE_BYTES - 1) & ~(FETCH_HUGE_BYTES - 1)); }
+
+static uint8_t *buf_alloc(uint64_t len)
+{
+    if (len < FETCH_HUGE_BYTES) return malloc(len ? (size_t)len : 1);
+    size_t size = huge_round(len), map = size + FETCH_HUGE_BYTES;
+    uint8_t *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)p + FETCH_HUGE_BYTES - 1) & ~(uintptr_t)(FETCH_HUGE_BYTES - 1));
+    if (a > p) munmap(p, (size_t)(a - p));
+    if (p + map > a + size) munmap(a + size, (size_t)(p + map - (a + size)));
+    (void)madvise(a, size, MADV_HUGEPAGE);      /* a hint: without it, 4 KiB pages */
+    return a;
+}
+
+static void buf_free(uint8_t *p, uint64_t len)
+{
+    if (!p) return;
+    if (len < FETCH_HUGE_BYTES) free(p);
+    else munmap(p, huge_round(len));
+}
+
+/* ---- waiting (under mu) ---- */
+
+static void need_update(extent *x)
+{
+    uint64_t m = UINT64_MAX;
+    for (const waiter *w = x->wl; w; w = w->next)
+        if (w->need < m) m = w->need;
+    atomic_store(&x->min_need, m);
+}
+
+static void waiter_remove(extent *x, waiter *w)
+{
+    for (waiter **p = &x->wl; *p; p = &(*p)->next)
+        if (*p == w) {
+            *p = w->next;
+            need_update(x);
+            return;
+        }
+}
+
+/* Wakes (and unlinks) x's waiters whose bytes are in; all of them when `all` (a change of
+ * state: they look again at what it is now). */
+static void wake(extent *x, int all)
+{
+    uint64_t have = x->off + atomic_load(&x->got);
+    for (waiter **p = &x->wl; *p;) {
+        waiter *w = *p;
+        if (all || w->need <= have) {
+            *p = w->next;
+            pthread_cond_signal(&w->cv);
+        } else {
+            p = &w->next;
+        }
+    }
+    need_update(x);
+}
+
+static void set_state(extent *x, int st)
+{
+    x->state = st;
+    wake(x, 1);
+}
+
 /* ---- holding (under mu) ---- */
 
 static void drop_bytes(fetch_set *f, extent *x)
 {
-    free(x->buf);
+    buf_free(x->buf, x->len);
     x->buf = NULL;
     f->held -= x->len;
     if (x->reserved && f->o.unreserve) f->o.unreserve(f->o.reserve_ctx, x->len);
     x->reserved = 0;
 }
 
-/* An extent nobody needs any more gives its bytes back (one in flight when its GET ends). */
+/* An extent nobody needs any more gives its bytes back (one in flight when its GET ends; a
+ * failed one kept what it had streamed while readers held uses of it). */
 static void unused(fetch_set *f, extent *x)
 {
-    if (x->state == X_READY) drop_bytes(f, x);
+    if ((x->state == X_READY || x->state == X_FAILED) && x->buf) drop_bytes(f, x);
     if (x->state == X_READY || x->state == X_QUEUED) x->state = X_RELEASED;
 }
 
@@ -143,31 +245,56 @@ static void on_get(void *ctx, const s3_result *res)
                  ob->key, (unsigned long long)x->len, (unsigned long long)x->off, (unsigned long long)res->bytes);
     } else {
         x->state = X_READY;
+        atomic_store(&x->got, x->len);
         if (!f->objs[x->obj].fetched) {
             f->objs[x->obj].fetched = 1;
             f->st.objects_fetched++;
         }
     }
-    if (x->state == X_FAILED) drop_bytes(f, x);
-    else if (x->uses == 0) unused(f, x);
-    pthread_cond_broadcast(&f->cv);
+    /* a failed extent's streamed bytes stay while readers hold uses (they may point there) */
+    if (x->uses == 0) unused(f, x);
+    set_state(x, x->state);
     pthread_mutex_unlock(&f->mu);
 }
 
-/* The queued extent to fetch next: lowest prio, then object, then offset. */
+/* The GET handed over [0, n) of the extent (the set's thread, inside the client's loop):
+ * readers waiting for bytes below that are woken. An answer naming another object length
+ * hands nothing over (on_get reports it). */
+static void on_progress(void *ctx, size_t n, uint64_t object_size)
+{
+    extent *x = ctx;
+    if (object_size != x->obj_len || n > x->len) return;
+    atomic_store(&x->got, (uint64_t)n);
+    if (x->off + n < atomic_load(&x->min_need)) return;
+    pthread_mutex_lock(&x->f->mu);
+    wake(x, 0);
+    pthread_mutex_unlock(&x->f->mu);
+}
+
+/* The order of queued extents: those marked first (fetch_first: small, and the readers of
+ * their objects wait for them to start at all), then the rest of such objects (those readers
+ * start on their sections as the bytes stream in), then by the object's prio, then offset. */
+static int64_t extent_rank(const object *ob, const extent *x)
+{
+    return x->first ? ob->prio - 2 * (INT64_MAX / 4) : ob->nfirst ? ob->prio - INT64_MAX / 4 : ob->prio;
+}
+
 static extent *next_queued(fetch_set *f)
 {
     extent *best = NULL;
-    int64_t bp = 0;
+    int64_t br = 0;
     for (size_t i = 0; i < f->nobj; i++) {
         object *ob = &f->objs[i];
-        if (best && ob->prio >= bp) continue;
-        for (size_t k = 0; k < ob->next; k++)
-            if (ob->ext[k]->state == X_QUEUED) {
-                best = ob->ext[k];
-                bp = ob->prio;
-                break;
+        for (size_t k = 0; k < ob->next; k++) {
+            extent *x = ob->ext[k];
+            if (x->state != X_QUEUED) continue;
+            int64_t r = extent_rank(ob, x);
+            if (!best || r < br) {
+                best = x;
+                br = r;
             }
+            if (!ob->nfirst) break;         /* no first extent: this is the object's pick */
+        }
     }
     return best;
 }
@@ -185,21 +312,37 @@ static void unstick(fetch_set *f)
     for (size_t i = 0; i < f->nobj; i++)
         for (size_t k = 0; k < f->objs[i].next; k++) {
             extent *x = f->objs[i].ext[k];
-            if (x->state == X_QUEUED && x->waiters) x->state = X_DIRECT;
+            if (x->state == X_QUEUED && x->waiters) set_state(x, X_DIRECT);
         }
     f->blocked_since_ms = 0;
-    pthread_cond_broadcast(&f->cv);
 }
 
-/* Starts GETs while slots and budget allow. Under mu. */
+/* Whether extents marked first still get the link to themselves: one of them is queued, or
+ * in flight with no byte arrived yet for less than FETCH_FIRST_HOLD_MS. A server serves a
+ * burst of requests in about the order they came, so the small first GETs get their answer
+ * a round trip after they were sent, not after the bodies sent with them. Under mu. */
+static int first_pending(const fetch_set *f, uint64_t now)
+{
+    for (size_t i = 0; i < f->nobj; i++)
+        for (size_t k = 0; f->objs[i].nfirst && k < f->objs[i].next; k++) {
+            const extent *x = f->objs[i].ext[k];
+            if (x->first && (x->state == X_QUEUED ||
+                             (x->state == X_FETCHING && atomic_load(&x->got) == 0 && now - x->started_ms < FETCH_FIRST_HOLD_MS)))
+                return 1;
+        }
+    return 0;
+}
+
+/* Starts GETs while slots and budget allow (others wait while first_pending). Under mu. */
 static void admit(fetch_set *f)
 {
     unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
     extent *x;
+    uint64_t now = now_ms();
     while (f->inflight < max && (x = next_queued(f))) {
+        if (!x->first && first_pending(f, now)) return;
         if (x->len > f->o.budget_bytes) {           /* can never be held */
-            x->state = X_DIRECT;
-            pthread_cond_broadcast(&f->cv);
+            set_state(x, X_DIRECT);
             continue;
         }
         if (f->held + x->len > f->o.budget_bytes ||
@@ -209,21 +352,23 @@ static void admit(fetch_set *f)
         }
         f->blocked_since_ms = 0;
         const object *ob = &f->objs[x->obj];
-        x->buf = malloc(x->len ? x->len : 1);
+        x->buf = buf_alloc(x->len);
         f->held += x->len;
         if (f->held > f->st.held_peak_bytes) f->st.held_peak_bytes = f->held;
-        int rc = x->buf ? s3_get_object(f->o.cli, ob->bucket, ob->key, x->off, x->buf, x->len, &x->op, on_get, x)
+        atomic_store(&x->got, 0);
+        int rc = x->buf ? s3_get_object_stream(f->o.cli, ob->bucket, ob->key, x->off, x->buf, x->len, on_progress, x,
+                                               &x->op, on_get, x)
                         : -ENOMEM;
         if (rc < 0) {
             drop_bytes(f, x);
-            x->state = X_FAILED;
             x->err = rc;
             snprintf(x->msg, sizeof x->msg, "segment s3://%s/%s: GET of %llu bytes at offset %llu could not start: %s",
                      ob->bucket, ob->key, (unsigned long long)x->len, (unsigned long long)x->off, dstl_strerror(rc));
-            pthread_cond_broadcast(&f->cv);
+            set_state(x, X_FAILED);
             continue;
         }
         x->state = X_FETCHING;
+        x->started_ms = now;
         f->inflight++;
     }
     f->blocked_since_ms = 0;
@@ -246,8 +391,7 @@ static void *fetch_thread(void *arg)
         if (n < 0) {            /* the client's loop failed: what is queued is left to readers */
             for (size_t i = 0; i < f->nobj; i++)
                 for (size_t k = 0; k < f->objs[i].next; k++)
-                    if (f->objs[i].ext[k]->state == X_QUEUED) f->objs[i].ext[k]->state = X_DIRECT;
-            pthread_cond_broadcast(&f->cv);
+                    if (f->objs[i].ext[k]->state == X_QUEUED) set_state(f->objs[i].ext[k], X_DIRECT);
         }
     }
     pthread_mutex_unlock(&f->mu);
@@ -263,12 +407,10 @@ int fetch_new(const fetch_opts *o, fetch_set **out)
     }
     f->o = *o;
     pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
     int rc = pthread_create(&f->thread, NULL, fetch_thread, f);
     if (rc) {
         s3_client_free(o->cli);
         pthread_mutex_destroy(&f->mu);
-        pthread_cond_destroy(&f->cv);
         free(f);
         return err_fail(-rc, "restore: cannot start the fetch thread: %s", strerror(rc));
     }
@@ -298,7 +440,6 @@ void fetch_free(fetch_set *f)
     }
     free(f->objs);
     pthread_mutex_destroy(&f->mu);
-    pthread_cond_destroy(&f->cv);
     free(f);
 }
 
@@ -353,7 +494,8 @@ static int extent_add(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint6
         free(x);
         return -ENOMEM;
     }
-    *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off};
+    *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off, .obj_len = ob->len,
+                  .min_need = UINT64_MAX};
     size_t i = ob->next;
     while (i > 0 && ob->ext[i - 1]->off > off) {
         ob->ext[i] = ob->ext[i - 1];
@@ -436,6 +578,12 @@ int fetch_commit(fetch_set *f, uint32_t id)
         memcpy(mg, ob->pend, ob->npend * sizeof *mg);
         m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
     }
+    /* fetch_first: those ranges are extents of their own, fetched before any other */
+    for (int i = 0; rc == 0 && i < ob->nfirst; i++) {
+        rc = cover(f, ob, id, ob->first[i].off, ob->first[i].end);
+        for (size_t k = 0; rc == 0 && k < ob->next; k++)
+            if (ob->ext[k]->off >= ob->first[i].off && ob->ext[k]->off < ob->first[i].end) ob->ext[k]->first = 1;
+    }
     for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
     if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) rc = cover(f, ob, id, 0, ob->len);
     for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);
@@ -449,32 +597,44 @@ int fetch_commit(fetch_set *f, uint32_t id)
             if (x->state == X_RELEASED) x->state = X_QUEUED;     /* needed again: fetched again */
         }
     if (rc == 0) ob->npend = 0;
-    pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
     s3_client_wakeup(f->o.cli);
     return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
+}
+
+int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    int ok = len && off + len <= ob->len && ob->nfirst < FETCH_FIRST_MAX;
+    if (ok) ob->first[ob->nfirst++] = (span){off, off + len};
+    pthread_mutex_unlock(&f->mu);
+    return ok ? 0 : -EINVAL;
 }
 
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
 {
     pthread_mutex_lock(&f->mu);
     object *ob = &f->objs[id];
+    uint64_t held = f->held;
     for (size_t k = 0; k < ob->next; k++) {
         extent *x = ob->ext[k];
         if (x->off >= off + len || x->off + x->len <= off || x->uses == 0) continue;
         if (--x->uses == 0) unused(f, x);
     }
-    f->blocked_since_ms = 0;
+    int freed = f->held < held;
+    if (freed) f->blocked_since_ms = 0;
     pthread_mutex_unlock(&f->mu);
-    s3_client_wakeup(f->o.cli);
+    if (freed) s3_client_wakeup(f->o.cli);      /* room in the budget: queued extents may start */
 }
 
 /* ---- reading ---- */
 
-/* What [off, end) of ob is now: X_READY when every byte is in ready extents, X_FAILED (x set to
- * the failed one), X_DIRECT when some byte is not held and will not be, else X_QUEUED (wait).
- * Under mu. */
-static int range_state(const object *ob, uint64_t off, uint64_t end, extent **failed)
+/* What [off, end) of ob is now: X_READY when every byte is in (ready extents, or the part of
+ * a fetching one already handed over), X_FAILED (*x the failed extent), X_DIRECT when some
+ * byte is not held and will not be, else X_QUEUED (wait: *x the first extent that lacks some,
+ * *need the offset up to which it must hand over). Under mu. */
+static int range_state(const object *ob, uint64_t off, uint64_t end, extent **x_out, uint64_t *need)
 {
     int st = X_READY;
     uint64_t at = off;
@@ -483,11 +643,17 @@ static int range_state(const object *ob, uint64_t off, uint64_t end, extent **fa
         if (x->off + x->len <= at) continue;
         if (x->off > at) return X_DIRECT;            /* a hole: never planned */
         if (x->state == X_FAILED) {
-            *failed = x;
+            *x_out = x;
             return X_FAILED;
         }
         if (x->state == X_DIRECT || x->state == X_RELEASED) return X_DIRECT;
-        if (x->state != X_READY) st = X_QUEUED;
+        uint64_t upto = end < x->off + x->len ? end : x->off + x->len;
+        int in = x->state == X_READY || (x->state == X_FETCHING && x->off + atomic_load(&x->got) >= upto);
+        if (!in && st == X_READY) {
+            st = X_QUEUED;
+            *x_out = x;
+            *need = upto;
+        }
         at = x->off + x->len;
     }
     return at < end ? X_DIRECT : st;
@@ -506,13 +672,27 @@ static void range_waiters(object *ob, uint64_t off, uint64_t end, int d)
 static int wait_range(fetch_set *f, object *ob, uint64_t off, uint64_t end, extent **failed, int *waited)
 {
     int st;
-    while ((st = range_state(ob, off, end, failed)) == X_QUEUED) {
+    extent *x = NULL;
+    uint64_t need = 0;
+    while ((st = range_state(ob, off, end, &x, &need)) == X_QUEUED) {
+        waiter w = {.need = need, .next = x->wl};
+        pthread_cond_init(&w.cv, NULL);
+        x->wl = &w;
+        if (need < atomic_load(&x->min_need)) atomic_store(&x->min_need, need);
         range_waiters(ob, off, end, 1);
-        s3_client_wakeup(f->o.cli);
-        pthread_cond_wait(&f->cv, &f->mu);
+        /* our need is published: a hand-over from now on sees it; one before, we see here */
+        extent *y = NULL;
+        uint64_t n2 = 0;
+        if (range_state(ob, off, end, &y, &n2) == X_QUEUED && y == x && n2 == need) {
+            if (x->state == X_QUEUED) s3_client_wakeup(f->o.cli);     /* the budget may decide */
+            pthread_cond_wait(&w.cv, &f->mu);
+        }
+        waiter_remove(x, &w);           /* a no-op when a wake unlinked it */
         range_waiters(ob, off, end, -1);
+        pthread_cond_destroy(&w.cv);
         *waited = 1;
     }
+    if (st == X_FAILED) *failed = x;
     return st;
 }
 

@@ -15,16 +15,22 @@
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an object's prio, then offset), at most max_gets at once, and only while the
  *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
- *   holding  an extent's bytes stay in memory while it has uses; the last release frees them.
- *   reading  fetch_read copies a range out of ready extents, waiting while they are queued or
- *            being fetched. It answers 0 — "fetch it yourself" — for bytes no extent covers,
+ *            fetch_first marks a range of an object (at most two per object) to be an extent of
+ *            its own, fetched before every other extent (the restore plan's first objects: their
+ *            footers, and the first section a reader needs, arrive before the rest).
+ *   holding  an extent's bytes stay in memory while it has uses; the last release frees them
+ *            (a failed GET's too: what it had handed over stays valid for those holding uses).
+ *   reading  fetch_read copies a range out of the extents, waiting while they are queued or
+ *            being fetched. GETs stream: bytes are served as soon as they have arrived, while
+ *            the rest of their extent still streams. It answers 0 — "fetch it yourself" — for bytes no extent covers,
  *            bytes already released, and extents the set gave up holding: one larger than the
  *            budget, or, when the budget is full of bytes whose readers wait for others and
  *            nothing is in flight, the extents readers wait for (so a plan never deadlocks;
  *            those readers GET what they need themselves).
  *
- * Threads: everything is thread-safe (one mutex per set); fetch_read blocks. GET callbacks run
- * on the set's thread. The set's client is used by that thread only.
+ * Threads: everything is thread-safe (one mutex per set); fetch_read blocks. GET callbacks
+ * (completions and hand-overs) run on the set's thread. The set's client is used by that thread
+ * only.
  */
 #ifndef DSTL_FETCH_H
 #define DSTL_FETCH_H
@@ -79,12 +85,18 @@ int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t obj
 int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 /* Makes extents of id's pending ranges and queues them. Returns 0 or -ENOMEM. */
 int fetch_commit(fetch_set *f, uint32_t id);
+/* [off, off + len) of object id becomes an extent of its own at the next fetch_commit, fetched
+ * before every extent not so marked (it costs one more GET when the object is fetched whole).
+ * Before fetch_commit; at most two per object. 0, or -EINVAL (outside the object, empty, a
+ * third range). */
+int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 /* Drops one use of every extent [off, off + len) overlaps (the range of an earlier fetch_need). */
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 
 /* Copies [off, off + len) of object id into dst. Returns 1 (copied), 0 (not held: the caller
  * fetches it itself), or the GET's error with its detail in msg ("s3://bucket/key: ...").
- * Blocks while the extents are queued or in flight. The caller holds a use of the range
+ * Blocks until those bytes have arrived (not the whole extent: GETs stream), or the extents
+ * fail or are given up. The caller holds a use of the range
  * (the copy runs outside the set's lock). */
 int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, char *msg, size_t cap);
 

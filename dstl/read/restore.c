@@ -64,10 +64,13 @@ typedef struct {
     const char *key;            /* inside uri */
     char bucket[64];
     const wire_seg_ref *g;      /* of the first handle naming it */
+    const char *handle_uri;     /* that handle's remote_uri (the plan's copy) */
     int64_t next;               /* same hash */
     int local;                  /* a local copy of the right length: not fetched */
     int need_index;
     uint32_t fid;               /* the fetch set's id */
+    int footer_first;           /* its footer is fetched first (mark_footers_first) */
+    int early;                  /* the first record's object (plan_first_record) */
     int ix_state;               /* 0 not tried, 1 ix parsed, -1 failed (under ix_mu) */
     wire_index *ix;             /* shared by the readers: read-only once parsed */
     pthread_mutex_t ix_mu;      /* made by name_objects */
@@ -81,12 +84,14 @@ struct dstl_restore {
     size_t n;
     plan_obj *objs;
     size_t nobj, cap_obj;
-    u64map byhash;              /* uri hash -> first object index + 1 */
+    u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
     int readers;
     keyring *keys;              /* the storage's key file at plan time (NULL: none) */
     int ix_mu_made;             /* the objects' ix_mu exist */
     uint64_t local_segments, object_bytes;
     uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
+    int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
+    uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
 };
 
 static uint64_t str_hash(const char *s)
@@ -98,15 +103,18 @@ static uint64_t str_hash(const char *s)
 
 /* ---- objects ---- */
 
-/* The plan object of segment g of a handle at loc; made (and its local copy probed) when new. */
-static int64_t object_of(dstl_restore *p, const remote_loc *loc, const wire_seg_ref *g)
+/* The plan object of segment g of a handle whose remote_uri is huri (parsed: loc); made (and
+ * its local copy probed) when new. Objects are found by (remote_uri, segment name), which name
+ * one object: the key is built only for a new one (1,024 handles name the same few objects
+ * tens of thousands of times). */
+static int64_t object_of(dstl_restore *p, const char *huri, const remote_loc *loc, const wire_seg_ref *g)
 {
+    uint64_t h = str_hash(huri) ^ (str_hash(g->name) * 0x9e3779b97f4a7c15ull);
+    for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
+        if (strcmp(p->objs[i].g->name, g->name) == 0 && strcmp(p->objs[i].handle_uri, huri) == 0) return i;
     char uri[1100];
     int k = snprintf(uri, sizeof uri, "s3://%s/", loc->bucket);
     if (remote_key(loc, g->name, uri + k, sizeof uri - (size_t)k) < 0) return -1;
-    uint64_t h = str_hash(uri);
-    for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
-        if (strcmp(p->objs[i].uri, uri) == 0) return i;
     if (p->nobj == p->cap_obj) {
         size_t cap = p->cap_obj ? 2 * p->cap_obj : 16;
         plan_obj *o = realloc(p->objs, cap * sizeof *o);
@@ -115,7 +123,8 @@ static int64_t object_of(dstl_restore *p, const remote_loc *loc, const wire_seg_
         p->cap_obj = cap;
     }
     plan_obj *o = &p->objs[p->nobj];
-    *o = (plan_obj){.uri = strdup(uri), .g = g, .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1};
+    *o = (plan_obj){.uri = strdup(uri), .g = g, .handle_uri = huri,
+                    .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1};
     if (!o->uri || u64map_put(&p->byhash, h, (void *)(uintptr_t)(p->nobj + 1)) < 0) {
         free(o->uri);
         return -2;
@@ -135,13 +144,18 @@ static int64_t object_of(dstl_restore *p, const remote_loc *loc, const wire_seg_
 /* Fills seg_obj of every handle: the plan object of each segment, -1 when not fetched. */
 static int map_objects(dstl_restore *p)
 {
+    const char *parsed = NULL;          /* the remote_uri loc holds (handles mostly share one) */
+    remote_loc loc;
+    int has = 0;
     for (size_t i = 0; i < p->n; i++)
         for (size_t k = 0; k < p->e[i].nh; k++) {
             plan_handle *ph = &p->e[i].h[k];
-            remote_loc loc;
-            int has = *ph->wh->remote_uri && remote_parse_uri(ph->wh->remote_uri, "handle remote uri", &loc) == 0;
+            if (!parsed || strcmp(parsed, ph->wh->remote_uri) != 0) {
+                parsed = ph->wh->remote_uri;
+                has = *parsed && remote_parse_uri(parsed, "handle remote uri", &loc) == 0;
+            }
             for (size_t g = 0; g < ph->wh->nsegs; g++) {
-                int64_t o = has ? object_of(p, &loc, &ph->wh->segs[g]) : -1;
+                int64_t o = has ? object_of(p, ph->wh->remote_uri, &loc, &ph->wh->segs[g]) : -1;
                 if (o == -2) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
                 ph->seg_obj[g] = o >= 0 && !p->objs[o].local ? o : -1;
             }
@@ -243,15 +257,95 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
     return 0;
 }
 
+/* The objects that hold the first pieces of the first entries have their footers fetched
+ * first (fetch_first), before any other bytes: a reader can start on a section only with its
+ * segment's index, which a whole-object GET brings last, and readers open in about entry order
+ * (tasks restoring at once). One more GET per such object: at most one object in
+ * RESTORE_FOOTER_FIRST_SHARE (GETs stay within 1.1 x the objects), and only objects of at least
+ * RESTORE_FOOTER_FIRST_MIN_BYTES (a smaller one arrives whole about as soon as its footer alone
+ * would). */
+#define RESTORE_FOOTER_FIRST_SHARE 10u
+#define RESTORE_FOOTER_FIRST_MIN_BYTES (1u << 20)
+
+/* The first record, as soon as a round trip and a section's transfer allow: before anything
+ * else is planned, the first piece of the first entry that reads its section whole (in an
+ * object of at least RESTORE_FOOTER_FIRST_MIN_BYTES) gets two extents of their own, fetched
+ * first (fetch_first): its segment's footer, and the object from that section's start to the
+ * footer (the section streams in first); the bytes before the section follow. Two GETs more
+ * than the object alone: only when the plan's share of extra GETs (one in
+ * RESTORE_FOOTER_FIRST_SHARE objects) has room for them. */
+#define RESTORE_EARLY_EXTRA_GETS 2u
+
+static size_t fetched_objects(const dstl_restore *p)
+{
+    size_t n = 0;
+    for (size_t o = 0; o < p->nobj; o++) n += !p->objs[o].local;
+    return n;
+}
+
+static int plan_first_record(dstl_restore *p)
+{
+    p->early_obj = -1;
+    if (fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE < RESTORE_EARLY_EXTRA_GETS) return 0;
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) {
+            const plan_handle *ph = &p->e[i].h[k];
+            if (!ph->wh->npieces) continue;
+            const wire_piece *pc = &ph->wh->pieces[0];
+            int64_t o = ph->seg_obj[pc->seg];
+            const wire_seg_ref *g = &ph->wh->segs[pc->seg];
+            int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
+            if (o < 0 || !whole || g->object_len < RESTORE_FOOTER_FIRST_MIN_BYTES || !pc->stored_len) continue;
+            plan_obj *po = &p->objs[o];
+            p->early_obj = o;
+            po->early = po->footer_first = 1;
+            p->early_off[0] = g->footer_offset;
+            p->early_len[0] = g->object_len - g->footer_offset;
+            p->early_off[1] = pc->offset;
+            p->early_len[1] = pc->stored_len;
+            int rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
+            if (rc == 0 && pc->offset < g->footer_offset)
+                rc = fetch_first(p->fs, po->fid, pc->offset, g->footer_offset - pc->offset);
+            for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
+            if (rc == 0) rc = fetch_commit(p->fs, po->fid);
+            return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
+                                            ph->wh->writer_id, po->uri) : rc;
+        }
+    return 0;
+}
+
+static void mark_footers_first(dstl_restore *p)
+{
+    size_t fetched = fetched_objects(p), marked = p->early_obj >= 0 ? RESTORE_EARLY_EXTRA_GETS : 0;
+    for (size_t i = 0; i < p->n && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; i++)
+        for (size_t k = 0; k < p->e[i].nh && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; k++) {
+            const plan_handle *ph = &p->e[i].h[k];
+            int64_t o = ph->wh->npieces ? ph->need[0].obj : -1;
+            if (o < 0 || p->objs[o].need_index || p->objs[o].footer_first ||
+                p->objs[o].g->object_len < RESTORE_FOOTER_FIRST_MIN_BYTES)
+                continue;
+            p->objs[o].footer_first = 1;
+            marked++;
+        }
+}
+
 /* Fetches the footers of the objects some entry cuts (in parallel), then plans their pieces. */
 static int plan_indexed(dstl_restore *p)
 {
     int rc = 0;
-    for (size_t o = 0; o < p->nobj && rc == 0; o++) {
-        const wire_seg_ref *g = p->objs[o].g;
-        if (p->objs[o].need_index) rc = fetch_need(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset);
-        if (rc == 0 && !p->objs[o].local) rc = fetch_commit(p->fs, p->objs[o].fid);
-    }
+    mark_footers_first(p);
+    /* the objects whose footers go first are committed first: the fetch thread starts GETs
+     * as commits come, and 8 whole objects committed before them would hold every slot */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t o = 0; o < p->nobj && rc == 0; o++) {
+            const wire_seg_ref *g = p->objs[o].g;
+            if (p->objs[o].local || p->objs[o].footer_first != (pass == 0)) continue;
+            if (p->objs[o].need_index)
+                rc = fetch_need(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset);
+            if (p->objs[o].footer_first && !p->objs[o].early)
+                rc = fetch_first(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset);
+            if (rc == 0) rc = fetch_commit(p->fs, p->objs[o].fid);
+        }
     for (size_t o = 0; o < p->nobj && rc == 0; o++) {
         if (!p->objs[o].need_index) continue;
         const wire_seg_ref *g = p->objs[o].g;
@@ -367,9 +461,14 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
     size_t fetched = 0;
     for (size_t o = 0; o < p->nobj; o++) fetched += !p->objs[o].local;
     if (rc == 0 && fetched) rc = start_fetching(p);
+    p->early_obj = -1;
     if (rc == 0 && fetched) rc = name_objects(p);
+    if (rc == 0 && fetched) rc = plan_first_record(p);
     if (rc == 0 && fetched) rc = plan_whole_pieces(p);
     if (rc == 0 && fetched) rc = plan_indexed(p);
+    for (int r = 0; p->early_obj >= 0 && r < 2; r++)       /* the planner's own uses */
+        fetch_release(p->fs, p->objs[p->early_obj].fid, p->early_off[r], p->early_len[r]);
+    p->early_obj = -1;
     if (rc < 0) {
         plan_free(p);
         return rc;
