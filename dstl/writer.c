@@ -7,8 +7,9 @@
  * persist, or ahead of it when the writer holds dstl.preemptive-persist-threshold bytes.
  *
  * Range states (under s->mu): INFLIGHT (in a batch) -> DURABLE (in a segment) or FAILED (its
- * batch failed: the records stay in the chunks and the next persist over them sends them
- * again). Chunks are freed once every record in them is durable or truncated.
+ * batch failed: the next persist over it sends its records again, from the chunks when the
+ * batch failed before encoding, else rebuilt from the failed segment: pipeline/retain.c).
+ * Chunks are freed once every record in them is durable, truncated or encoded.
  *
  * persist(from) builds a future from the ranges over [from, next_seq): durable ones become
  * pieces at once (pinned, so no truncate can delete them: FLINK-28440), in-flight ones add a
