@@ -58,33 +58,6 @@ Test(wire_crc32c, hardware_matches_portable_large)
     free(b);
 }
 
-/* wire_crc32c_copy and its implementation (wire_crc32c_copy_impl): the copy exact, nothing
- * written beyond it, the CRC that of head || src — over framing lengths 0..12 (the 2-4 byte
- * branch-free path and the loop), payloads across the three-lane switch, odd alignments. */
-Test(wire_crc32c, copy_equals_crc_of_head_and_payload)
-{
-    enum { MAXN = 2100 };
-    uint8_t head[16], src[MAXN + 8], dst[MAXN + 32], cat[16 + MAXN + 8];
-    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 131 + 7);
-    for (size_t i = 0; i < sizeof head; i++) head[i] = (uint8_t)(0xa5 ^ i * 17);
-    wire_crc32c_copy_fn impl = wire_crc32c_copy_impl();
-    for (size_t hn = 0; hn <= 12; hn++)
-        for (size_t n = 0; n <= MAXN; n += n < 40 ? 1 : 37)
-            for (size_t a = 0; a < 3; a++) {
-                memcpy(cat, head, hn);
-                memcpy(cat + hn, src + a, n);
-                uint32_t want = wire_crc32c_portable(0x1234, cat, hn + n);
-                memset(dst, 0xee, sizeof dst);
-                cr_assert_eq(wire_crc32c_copy(0x1234, head, hn, dst + 8 + a, src + a, n), want, "hn %zu n %zu", hn, n);
-                cr_assert(memcmp(dst + 8 + a, src + a, n) == 0, "copy hn %zu n %zu", hn, n);
-                for (size_t i = 0; i < sizeof dst; i++)
-                    if (i < 8 + a || i >= 8 + a + n) cr_assert_eq(dst[i], 0xee, "byte %zu written (n %zu)", i, n);
-                memset(dst, 0xee, sizeof dst);
-                cr_assert_eq(~impl(~0x1234u, head, hn, dst + a, src + a, n), want, "impl hn %zu n %zu", hn, n);
-                cr_assert(memcmp(dst + a, src + a, n) == 0);
-            }
-}
-
 Test(wire_crc32c, chaining_equals_concatenation)
 {
     size_t n = 20000;

@@ -10,12 +10,6 @@
  * Both take and return the finished CRC (pre- and post-inverted inside), so a CRC over a||b
  * is wire_crc32c(wire_crc32c(0, a, n), b, m).
  *
- * wire_crc32c_copy copies while it checksums (the segment encoder's one pass over a record):
- * each 8-byte word is loaded once, stored and fed to crc32. That chain is serial per call, but
- * a segment's consecutive records mostly belong to different key-group runs, so their chains
- * are independent and overlap in the CPU; payloads of 768 bytes and more take memcpy and the
- * three-lane CRC instead.
- *
  * Threads: any. The tables and the CPU dispatch are set up once (pthread_once) and read-only.
  *
  * The lane join: for the raw (non-inverted) register, crc(A||B) = shift(crc(A), |B|) ^
@@ -92,17 +86,8 @@ static uint32_t crc_portable_raw(uint32_t c, const uint8_t *p, size_t n)
     return c;
 }
 
-static uint32_t copy_portable_raw(uint32_t c, const uint8_t *h, size_t hn, uint8_t *d, const uint8_t *s, size_t n)
-{
-    c = crc_portable_raw(c, h, hn);
-    memcpy(d, s, n);
-    return crc_portable_raw(c, s, n);
-}
-
-/* The implementations in use, chosen once by init_once. */
+/* The implementation in use, chosen once by init_once. */
 static uint32_t (*crc_raw)(uint32_t, const uint8_t *, size_t) = crc_portable_raw;
-static uint32_t (*copy_raw)(uint32_t, const uint8_t *, size_t, uint8_t *, const uint8_t *, size_t) =
-    copy_portable_raw;
 
 /* ---- hardware ---- */
 #if defined(__x86_64__)
@@ -177,60 +162,6 @@ static uint32_t crc_hw_3lane(uint32_t c, const uint8_t *p, size_t n)
     return crc_hw_1lane(c, p, n);
 }
 
-/* Payloads from this length on are copied by memcpy and checksummed in three lanes. */
-#define COPY_LANES_MIN (3 * 256)
-
-__attribute__((target("sse4.2"), always_inline))
-static inline uint32_t copy_hw_1lane(uint32_t c, const uint8_t *h, size_t hn, uint8_t *d, const uint8_t *s, size_t n)
-{
-    if (hn >= 2 && hn <= 4) {
-        /* the usual framing (seq gap and length varints of 1 or 2 bytes each): all three
-         * lengths computed, one picked, so an unpredictable length costs no branch */
-        uint32_t v;
-        memcpy(&v, h, 4);
-        uint32_t c2 = _mm_crc32_u16(c, (uint16_t)v);
-        uint32_t c3 = _mm_crc32_u8(c2, (uint8_t)(v >> 16));
-        uint32_t c4 = _mm_crc32_u16(c2, (uint16_t)(v >> 16));
-        c = hn == 2 ? c2 : hn == 3 ? c3 : c4;
-    } else {
-        while (hn--) c = _mm_crc32_u8(c, *h++);
-    }
-    uint64_t c64 = c;
-    for (; n >= 8; n -= 8, s += 8, d += 8) {
-        uint64_t w;
-        memcpy(&w, s, 8);
-        memcpy(d, &w, 8);
-        c64 = _mm_crc32_u64(c64, w);
-    }
-    c = (uint32_t)c64;
-    if (n >= 4) {
-        uint32_t w;
-        memcpy(&w, s, 4);
-        memcpy(d, &w, 4);
-        c = _mm_crc32_u32(c, w);
-        s += 4, d += 4, n -= 4;
-    }
-    while (n--) {
-        *d++ = *s;
-        c = _mm_crc32_u8(c, *s++);
-    }
-    return c;
-}
-
-__attribute__((target("sse4.2,pclmul")))
-static uint32_t copy_hw(uint32_t c, const uint8_t *h, size_t hn, uint8_t *d, const uint8_t *s, size_t n)
-{
-    if (n < COPY_LANES_MIN) return copy_hw_1lane(c, h, hn, d, s, n);
-    while (hn--) c = _mm_crc32_u8(c, *h++);
-    memcpy(d, s, n);
-    return crc_hw_3lane(c, s, n);
-}
-
-__attribute__((target("sse4.2")))
-static uint32_t copy_hw_sse42(uint32_t c, const uint8_t *h, size_t hn, uint8_t *d, const uint8_t *s, size_t n)
-{
-    return copy_hw_1lane(c, h, hn, d, s, n);
-}
 #endif
 
 /* ---- dispatch ---- */
@@ -249,11 +180,9 @@ static void init_once(void)
             }
             for (int k = 3; k < 64; k++) shift_k[k] = xpow(8 * ((uint64_t)1 << k) - 33);
             crc_raw = crc_hw_3lane;
-            copy_raw = copy_hw;
             have_clmul = 1;
         } else {
             crc_raw = crc_hw_1lane;
-            copy_raw = copy_hw_sse42;
         }
     }
 #endif
@@ -263,20 +192,6 @@ uint32_t wire_crc32c(uint32_t crc, const void *buf, size_t len)
 {
     pthread_once(&once, init_once);
     return ~crc_raw(~crc, buf, len);
-}
-
-uint32_t wire_crc32c_copy(uint32_t crc, const void *head, size_t head_len, void *dst, const void *src, size_t n)
-{
-    pthread_once(&once, init_once);
-    uint8_t hb[4] = {0};   /* the implementations read 4 bytes of a shorter head */
-    if (head_len < sizeof hb) head = memcpy(hb, head, head_len);
-    return ~copy_raw(~crc, head, head_len, dst, src, n);
-}
-
-wire_crc32c_copy_fn wire_crc32c_copy_impl(void)
-{
-    pthread_once(&once, init_once);
-    return copy_raw;
 }
 
 uint32_t wire_crc32c_portable(uint32_t crc, const void *buf, size_t len)

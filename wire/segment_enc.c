@@ -11,7 +11,7 @@
  *                  (a plain memcpy: scattered over one cursor per key group), then
  *                  checksums each run where it now lies contiguous, in three-lane CRC32C
  *                  (the section's body, 1 MiB or so, is still in L2). Checksumming each
- *                  payload while copying it (wire_crc32c_copy) made a serial crc32 chain of
+ *                  payload while copying it (once done here) made a serial crc32 chain of
  *                  ~13 words per 100-byte record and measured 15-20 % slower (bench_wire,
  *                  interleaved). The section's CRC is joined from the runs' CRCs
  *                  (wire_crc32c_combine) instead of another pass.
@@ -255,8 +255,8 @@ static inline uint8_t *put_seq_delta(uint8_t *d, uint64_t v)
 
 /* Pass 2 (copy): writes the raw body (pl->raw_len bytes): each record's framing at its run's
  * cursor, then its payload; then each run's CRC over its contiguous bytes (three lanes, from
- * L2); returns the CRC of the whole body, joined from the runs' CRCs. The runs' cursors are scattered over the
- * body (one per key group), too many streams for the hardware prefetcher: each record asks
+ * L2); returns the CRC of the whole body, joined from the runs' CRCs. The runs' cursors are
+ * scattered over the body (one per key group), too many streams for the hardware prefetcher: each record asks
  * for the lines its run writes next, so the next record of that run finds them in cache. */
 static uint32_t copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *body)
 {

@@ -28,17 +28,6 @@ uint32_t wire_crc32c_portable(uint32_t crc, const void *buf, size_t len);
 /* The CRC of a||b from crc1 = CRC(a), crc2 = CRC(b) and len2 = |b|, without reading the bytes
  * (O(log len2) multiplications; zlib's crc32_combine for CRC32C). */
 uint32_t wire_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
-/* Copy and CRC in one pass: copies src[0, n) to dst (not overlapping) and returns the CRC of
- * head[0, head_len) || src[0, n), continuing crc. The encoder's framing of a record is head
- * (a few bytes it just wrote), its payload src: each byte is read once, while in cache. */
-uint32_t wire_crc32c_copy(uint32_t crc, const void *head, size_t head_len, void *dst, const void *src, size_t n);
-/* The same for a loop that calls it per record: the implementation itself, on the raw register
- * (start from ~0, i.e. ~crc, and invert the result), without the per-call dispatch. Its head
- * must be readable for at least 4 bytes whatever head_len (a framing of 2 to 4 bytes is then
- * checksummed without a branch on its length). */
-typedef uint32_t (*wire_crc32c_copy_fn)(uint32_t raw, const uint8_t *head, size_t head_len, uint8_t *dst,
-                                        const uint8_t *src, size_t n);
-wire_crc32c_copy_fn wire_crc32c_copy_impl(void);
 
 /* ---- pending records: the writer's append buffer format -----------------------------------
  * A writer keeps its not-yet-durable records in chunks of this format; the segment encoder
