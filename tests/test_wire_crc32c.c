@@ -49,6 +49,23 @@ Test(wire_crc32c, hardware_matches_portable_every_length)
     free(b);
 }
 
+/* Each implementation the CPU runs (not only the one in use): the fold's 512-byte threshold,
+ * its 256-byte steps and the tails after them. */
+Test(wire_crc32c, every_implementation_matches_portable)
+{
+    size_t max = 8 * 256 + 3 * 2048 + 64;
+    uint8_t *b = random_buf(max, 3);
+    cr_log_info("CRC32C implementations: %zu, in use: %s", wire_crc32c_impls(),
+                wire_crc32c_impl_name(wire_crc32c_impls() - 1));
+    for (size_t i = 1; i < wire_crc32c_impls(); i++)
+        for (size_t n = 0; n <= max; n += n < 1100 ? 1 : 5)
+            for (uint32_t seed = 0; seed < 2; seed++)
+                cr_assert_eq(wire_crc32c_impl(i, seed * 0x9e3779b9u, b + n % 8, n),
+                             wire_crc32c_portable(seed * 0x9e3779b9u, b + n % 8, n), "%s: length %zu",
+                             wire_crc32c_impl_name(i), n);
+    free(b);
+}
+
 Test(wire_crc32c, hardware_matches_portable_large)
 {
     size_t n = (4u << 20) + 13;

@@ -2,7 +2,13 @@
  * wire/crc32c.c — CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as iSCSI and ext4.
  *
  * Why: every byte DSTL stores is covered by a CRC32C, and the segment encoder checksums every
- * persisted byte, so this must run near memory speed. Two implementations:
+ * persisted byte, so this must run near memory speed. Three implementations, the fastest the
+ * CPU has chosen once:
+ *   - folding (AVX-512 VPCLMULQDQ), for buffers of 512 bytes and more: four 512-bit
+ *     accumulators (sixteen 128-bit lanes) are each multiplied forward over 256 bytes and
+ *     added into the next 256 bytes, so the loop has no dependency chain longer than one
+ *     multiply; the 256 bytes left and the tail go through the crc32 instruction. On Zen 4
+ *     it runs several times the three-lane rate (bench_wire's encode spent 24 % in CRC).
  *   - hardware: the SSE4.2 crc32 instruction. It has a latency of 3 cycles and a throughput
  *     of 1 per cycle, so long buffers are cut into three lanes computed in one loop and
  *     joined with a carry-less multiply (PCLMULQDQ) that shifts a CRC over a lane's length.
@@ -18,6 +24,12 @@
  * (from 0) multiplies by x^32 and reduces, so K = x^(8L - 33) mod P. The same shift, applied
  * per set bit of a length, makes wire_crc32c_combine cost a few multiplies, which lets the
  * encoder derive a section's CRC from its runs' CRCs instead of reading the section again.
+ *
+ * The fold: a 128-bit block A = a_lo * x^64 + a_hi (a_lo its first 8 bytes, in the reflected
+ * order) standing D bits before block B contributes a_lo * x^(64+D) + a_hi * x^D to B's
+ * position; modulo P that is clmul(a_lo, x^(64+D-33)) ^ clmul(a_hi, x^(D-33)) with the
+ * constants as reflected 32-bit values (a clmul of a 64-bit and a 32-bit reflected operand
+ * is the product times x^33 in a 128-bit register), 95 bits, so it adds into B unreduced.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -86,8 +98,21 @@ static uint32_t crc_portable_raw(uint32_t c, const uint8_t *p, size_t n)
     return c;
 }
 
-/* The implementation in use, chosen once by init_once. */
-static uint32_t (*crc_raw)(uint32_t, const uint8_t *, size_t) = crc_portable_raw;
+/* The implementation in use, chosen once by init_once, and all this CPU can run (for tests). */
+typedef uint32_t (*crc_fn)(uint32_t, const uint8_t *, size_t);
+static crc_fn crc_raw = crc_portable_raw;
+static struct {
+    const char *name;
+    crc_fn fn;
+} impls[4] = {{"portable", crc_portable_raw}};
+static size_t nimpls = 1;
+
+static void impl_add(const char *name, crc_fn fn)
+{
+    impls[nimpls].name = name;
+    impls[nimpls++].fn = fn;
+    crc_raw = fn;
+}
 
 /* ---- hardware ---- */
 #if defined(__x86_64__)
@@ -162,6 +187,43 @@ static uint32_t crc_hw_3lane(uint32_t c, const uint8_t *p, size_t n)
     return crc_hw_1lane(c, p, n);
 }
 
+#define FOLD_BYTES 256u   /* four 512-bit accumulators */
+static uint64_t fold_k_lo, fold_k_hi;   /* x^(64 + 8*FOLD_BYTES - 33), x^(8*FOLD_BYTES - 33) mod P */
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
+static inline __m512i fold512(__m512i a, __m512i k, __m512i next)
+{
+    __m512i lo = _mm512_clmulepi64_epi128(a, k, 0x00), hi = _mm512_clmulepi64_epi128(a, k, 0x11);
+    return _mm512_ternarylogic_epi64(lo, hi, next, 0x96);   /* lo ^ hi ^ next */
+}
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
+static uint32_t crc_fold512(uint32_t c, const uint8_t *p, size_t n)
+{
+    if (n < 2 * FOLD_BYTES) return crc_hw_3lane(c, p, n);
+    /* the register's value enters as the first 4 bytes of the message, added in */
+    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k_hi, (long long)fold_k_lo));
+    __m512i a0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+    __m512i a1 = _mm512_loadu_si512(p + 64), a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
+    p += FOLD_BYTES;
+    n -= FOLD_BYTES;
+    while (n >= FOLD_BYTES) {
+        a0 = fold512(a0, k, _mm512_loadu_si512(p));
+        a1 = fold512(a1, k, _mm512_loadu_si512(p + 64));
+        a2 = fold512(a2, k, _mm512_loadu_si512(p + 128));
+        a3 = fold512(a3, k, _mm512_loadu_si512(p + 192));
+        p += FOLD_BYTES;
+        n -= FOLD_BYTES;
+    }
+    /* The accumulators now stand for everything before p: their CRC, then the tail's. */
+    uint8_t acc[FOLD_BYTES];
+    _mm512_storeu_si512(acc, a0);
+    _mm512_storeu_si512(acc + 64, a1);
+    _mm512_storeu_si512(acc + 128, a2);
+    _mm512_storeu_si512(acc + 192, a3);
+    return crc_hw_3lane(crc_hw_1lane(0, acc, FOLD_BYTES), p, n);
+}
+
 #endif
 
 /* ---- dispatch ---- */
@@ -179,10 +241,14 @@ static void init_once(void)
                 lane_k[t] = xpow(8 * (uint64_t)lane_len[t] - 33);
             }
             for (int k = 3; k < 64; k++) shift_k[k] = xpow(8 * ((uint64_t)1 << k) - 33);
-            crc_raw = crc_hw_3lane;
+            impl_add("sse4.2-3lane", crc_hw_3lane);
             have_clmul = 1;
+            fold_k_lo = xpow(64 + 8 * (uint64_t)FOLD_BYTES - 33);
+            fold_k_hi = xpow(8 * (uint64_t)FOLD_BYTES - 33);
+            if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
+                impl_add("avx512-vpclmulqdq-fold", crc_fold512);
         } else {
-            crc_raw = crc_hw_1lane;
+            impl_add("sse4.2", crc_hw_1lane);
         }
     }
 #endif
@@ -207,4 +273,22 @@ uint32_t wire_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
     if (have_clmul) return shift_bytes_hw(crc1, len2) ^ crc2;
 #endif
     return multmodp(xpow(8 * len2), crc1) ^ crc2;
+}
+
+size_t wire_crc32c_impls(void)
+{
+    pthread_once(&once, init_once);
+    return nimpls;
+}
+
+const char *wire_crc32c_impl_name(size_t i)
+{
+    pthread_once(&once, init_once);
+    return i < nimpls ? impls[i].name : NULL;
+}
+
+uint32_t wire_crc32c_impl(size_t i, uint32_t crc, const void *buf, size_t len)
+{
+    pthread_once(&once, init_once);
+    return i < nimpls ? ~impls[i].fn(~crc, buf, len) : 0;
 }

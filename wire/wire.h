@@ -25,6 +25,11 @@ typedef struct {
  * has it, a portable table otherwise. wire_crc32c("123456789") == 0xE3069283. */
 uint32_t wire_crc32c(uint32_t crc, const void *buf, size_t len);
 uint32_t wire_crc32c_portable(uint32_t crc, const void *buf, size_t len);
+/* Every implementation this CPU can run, the one wire_crc32c uses last (for tests and
+ * benchmarks): how many, each one's name, and a CRC through implementation i. */
+size_t wire_crc32c_impls(void);
+const char *wire_crc32c_impl_name(size_t i);
+uint32_t wire_crc32c_impl(size_t i, uint32_t crc, const void *buf, size_t len);
 /* The CRC of a||b from crc1 = CRC(a), crc2 = CRC(b) and len2 = |b|, without reading the bytes
  * (O(log len2) multiplications; zlib's crc32_combine for CRC32C). */
 uint32_t wire_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
