@@ -87,6 +87,9 @@ int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_
     w->kg_first = key_group_first;
     w->kg_last = key_group_last;
     w->preempt_bytes = s->conf.preemptive_persist_threshold_bytes;
+    w->tally_lo = UINT32_MAX;
+    if ((uint64_t)key_group_last - key_group_first < WRITER_TALLY_MAX_KG)   /* else the encoder counts */
+        w->tally = calloc((size_t)(key_group_last - key_group_first) + 1, sizeof *w->tally);
 
     pthread_mutex_lock(&s->mu);
     int rc = 0;
@@ -102,6 +105,7 @@ int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_
     }
     pthread_mutex_unlock(&s->mu);
     if (rc < 0) {
+        free(w->tally);
         free(w->id);
         free(w);
         return rc;
@@ -157,6 +161,7 @@ int dstl_writer_close(dstl_writer *w)
         next = c->next;
         chunk_put(&s->chunks, c);
     }
+    free(w->tally);
     free(w->id);
     free(w);
     return 0;
@@ -233,6 +238,27 @@ static void room_return(dstl_storage *s, uint64_t cost)
     pthread_cond_broadcast(&s->room_cv);
 }
 
+/* Hands the unsent records' tally to their range (NULL, and the encoder counts, when there is
+ * none or no memory for it) and starts the next one; writer thread. */
+static wire_section_tally *take_tally(dstl_writer *w, uint64_t payload_bytes)
+{
+    if (!w->tally) return NULL;
+    uint32_t lo = w->tally_lo, n = lo <= w->tally_hi ? w->tally_hi - lo + 1 : 0;
+    wire_section_tally *t = w->tally_bad ? NULL : malloc(sizeof *t + n * sizeof *w->tally);
+    if (t) {
+        wire_kg_tally *kg = (wire_kg_tally *)(t + 1);
+        if (n) memcpy(kg, w->tally + lo, n * sizeof *kg);
+        *t = (wire_section_tally){.kg_lo = n ? w->kg_first + lo : 0, .nkg = n, .kg = kg,
+                                  .meta = w->tally_meta, .payload_bytes = payload_bytes};
+    }
+    if (n) memset(w->tally + lo, 0, n * sizeof *w->tally);
+    w->tally_meta = (wire_kg_tally){0};
+    w->tally_lo = UINT32_MAX;
+    w->tally_hi = 0;
+    w->tally_bad = 0;
+    return t;
+}
+
 /* Turns the unsent records into a new in-flight range at the end of w->ranges (s->mu held;
  * writer thread). */
 static int handoff_tail(dstl_writer *w, range **out)
@@ -253,6 +279,7 @@ static int handoff_tail(dstl_writer *w, range **out)
     r->payload_first = w->sent_payload;
     r->payload_bytes = w->payload_total - w->sent_payload;
     r->rec_bytes = w->unsent_bytes;
+    r->tally = take_tally(w, r->payload_bytes);
     r->in_chunks = 1;
     r->state = RANGE_FAILED;             /* pipeline_enqueue makes it in flight */
     if (w->ranges_tail) w->ranges_tail->next = r;
@@ -333,6 +360,17 @@ static int preempt(dstl_writer *w)
 static inline void put_record(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len, size_t need)
 {
     chunk *c = w->tail;
+    if (w->tally) {   /* the encoder's counts, while the record is at hand (wire_section_tally) */
+        uint64_t rel = w->next_seq - w->sent_seq;
+        if (meta) {
+            wire_tally_add(&w->tally_meta, rel, len);
+        } else {
+            uint32_t j = kg - w->kg_first;
+            wire_tally_add(&w->tally[j], rel, len);
+            if (j < w->tally_lo) w->tally_lo = j;
+            if (j > w->tally_hi) w->tally_hi = j;
+        }
+    }
     c->used += wire_rec_put(c->data + c->used, meta, kg, data, len);
     c->nrec++;
     w->next_seq++;
@@ -482,6 +520,7 @@ static void skip_unsent(dstl_writer *w, uint64_t to)
         w->sent_seq++;
         w->sent_payload += len;
         w->unsent_bytes -= sz;
+        w->tally_bad = 1;   /* it counted these, from the old sent_seq */
     }
 }
 

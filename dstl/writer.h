@@ -35,6 +35,7 @@ typedef struct chunk {
 
 #define CHUNK_MIN (4u << 10)    /* 4 KiB: 1,000 idle writers hold 4 MiB */
 #define CHUNK_MAX (1u << 20)    /* 1 MiB: a busy writer mallocs once per ~10,000 small records */
+#define WRITER_TALLY_MAX_KG 4096u   /* a writer owning more key groups keeps no tally (24 B each) */
 #define CHUNK_CLASSES 9         /* 4 KiB .. 1 MiB, powers of two */
 /* Freed chunks are kept for reuse up to this many bytes per storage: a fresh page costs a
  * fault on first touch (microseconds on a VM), which made faults the largest cost of
@@ -85,6 +86,7 @@ typedef struct range {
      * segment buffer holds them and spans is NULL. */
     wire_span *spans;
     size_t nspans;
+    wire_section_tally *tally;  /* with spans from the chunks: the writer's count of them, or NULL */
     int in_chunks;
     uint8_t *retry_buf;
     uint64_t retained;          /* FAILED: its records' bytes, still charged to max-in-flight */
@@ -111,6 +113,13 @@ struct dstl_writer {
     uint64_t sent_seq, sent_payload;
     uint64_t unsent_bytes;                  /* pending-record bytes not yet handed off */
     uint64_t preempt_bytes;                 /* = dstl.preemptive-persist-threshold */
+    /* The unsent records' tally (what the encoder's counting sort needs), kept at append:
+     * tally[kg - kg_first] for the writer's key groups (NULL when it owns more than
+     * WRITER_TALLY_MAX_KG), entries [tally_lo, tally_hi] touched; tally_bad once truncation
+     * skipped unsent records (until the next hand-off: the encoder then counts). */
+    wire_kg_tally *tally, tally_meta;
+    uint32_t tally_lo, tally_hi;
+    int tally_bad;
     /* Cumulative payload at recent dstl_writer_next_seq() answers, so a persist from a
      * point the backend read (its materialization point) knows its size exactly. */
     uint64_t mark_seq[8], mark_payload[8];

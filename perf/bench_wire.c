@@ -51,7 +51,11 @@ typedef struct {
     uint8_t *buf[NSEC];
     size_t len[NSEC];
     wire_span span[NSEC];
-    wire_section_in in[NSEC];
+    wire_section_in in[NSEC];        /* with the tallies a writer keeps at append */
+    wire_section_in in_scan[NSEC];   /* without: the encoder counts in a pass of its own */
+    wire_kg_tally kg[NSEC][KEY_GROUPS];
+    wire_section_tally tally[NSEC];
+    uint32_t *rec_kg[NSEC];          /* each record's key group (KEY_GROUPS: meta), for round_tally */
     char ids[NSEC][16];
     size_t total;
 } workload;
@@ -61,18 +65,27 @@ static void make_workload(workload *w)
     uint8_t payload[PAYLOAD];
     for (size_t s = 0; s < NSEC; s++) {
         w->buf[s] = malloc(SECTION_BYTES);
+        w->rec_kg[s] = malloc(SECTION_BYTES / wire_rec_size(PAYLOAD) * sizeof *w->rec_kg[s]);
         size_t off = 0, n = 0;
         while (off + wire_rec_size(PAYLOAD) <= SECTION_BYTES) {
             payload_fill(PAYLOAD_RANDOM, s, n, payload, PAYLOAD);      /* incompressible */
             int meta = next_rand() % 100 == 0;
-            off += wire_rec_put(w->buf[s] + off, meta, next_rand() % KEY_GROUPS, payload, PAYLOAD);
+            uint32_t kg = next_rand() % KEY_GROUPS;
+            off += wire_rec_put(w->buf[s] + off, meta, kg, payload, PAYLOAD);
+            w->rec_kg[s][n] = meta ? KEY_GROUPS : kg;
+            wire_tally_add(meta ? &w->tally[s].meta : &w->kg[s][kg], n, PAYLOAD);   /* as dstl_append does */
+            w->tally[s].payload_bytes += PAYLOAD;
             n++;
         }
+        w->tally[s].nkg = KEY_GROUPS;
+        w->tally[s].kg = w->kg[s];
         w->len[s] = off;
         w->span[s] = (wire_span){w->buf[s], off};
         snprintf(w->ids[s], sizeof w->ids[s], "writer-%zu", s);
         w->in[s] = (wire_section_in){.writer_id = w->ids[s], .seq_first = 1000 * s, .nrec = n,
-                                     .spans = &w->span[s], .nspans = 1};
+                                     .spans = &w->span[s], .nspans = 1, .tally = &w->tally[s]};
+        w->in_scan[s] = w->in[s];
+        w->in_scan[s].tally = NULL;
         w->total += off;
     }
 }
@@ -154,26 +167,39 @@ static void pool_release(void *ctx, void *p)
 static wire_key bench_key = {.id = "bench-key"};
 static wire_keyring bench_ring = {&bench_key, 1};
 static int sealed_enc = -1;   /* round_encode's ctx for the encrypted encode */
+static int scan_enc = -2;     /* ... for the encode without tallies (a retry's sections) */
 
-/* ctx: the compression (an int), or &sealed_enc for an uncompressed, encrypted segment with a
- * fresh data key each round, as the pipeline makes them. */
+/* ctx: the compression (an int), &sealed_enc for an uncompressed, encrypted segment with a
+ * fresh data key each round, as the pipeline makes them, or &scan_enc. */
 static int round_encode(workload *w, void *ctx)
 {
-    int sealed = ctx == &sealed_enc;
+    int sealed = ctx == &sealed_enc, scan = ctx == &scan_enc;
     uint8_t dk[WIRE_KEY_LEN];
     for (size_t i = 0; sealed && i < sizeof dk; i++) dk[i] = (uint8_t)next_rand();
     wire_seg_opts o = {.run_id = "bench", .segment_no = 1, .created_ms = 1,
-                       .compression = sealed ? WIRE_COMP_NONE : *(int *)ctx, .alloc = pool_alloc,
+                       .compression = sealed || scan ? WIRE_COMP_NONE : *(int *)ctx, .alloc = pool_alloc,
                        .release = pool_release, .seal_key = sealed ? &bench_key : NULL,
                        .seal_data_key = sealed ? dk : NULL};
     wire_segment_out out;
     wire_err err;
-    int rc = wire_segment_encode(&o, w->in, NSEC, &out, &err);
+    int rc = wire_segment_encode(&o, scan ? w->in_scan : w->in, NSEC, &out, &err);
     if (rc < 0) {
         fprintf(stderr, "encode: %s\n", err.msg);
         return rc;
     }
     wire_segment_out_free(&out);
+    return 0;
+}
+
+/* What the writer adds to each dstl_append for the tally (its key group and length at hand). */
+static int round_tally(workload *w, void *ctx)
+{
+    wire_kg_tally *t = ctx;   /* KEY_GROUPS + 1 */
+    for (size_t s = 0; s < NSEC; s++) {
+        memset(t, 0, (KEY_GROUPS + 1) * sizeof *t);
+        for (uint64_t i = 0; i < w->in[s].nrec; i++) wire_tally_add(&t[w->rec_kg[s][i]], i, PAYLOAD);
+    }
+    __asm__ volatile("" ::"r"(t) : "memory");
     return 0;
 }
 
@@ -229,17 +255,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "encode (aes): %s\n", err.msg);
         return 1;
     }
+    wire_kg_tally tally_tab[KEY_GROUPS + 1];
     job jobs[] = {{round_memcpy, dst, 0, 0}, {round_encode, &none, 0, 0}, {round_decode, &seg, 0, 0},
                   {round_encode, &lz4, 0, 0}, {round_encode, &zstd, 0, 0},
                   {round_encode, &none, 0, 0}, {round_encode, &sealed_enc, 0, 0}, {round_decode, &seg, 0, 0},
-                  {round_decode, &sealed, 0, 0}};
+                  {round_decode, &sealed, 0, 0},
+                  {round_memcpy, dst, 0, 0}, {round_encode, &none, 0, 0}, {round_encode, &scan_enc, 0, 0},
+                  {round_tally, tally_tab, 0, 0}};
     if (!strcmp(only, "encode") || !strcmp(only, "decode")) {
         job *j = &jobs[only[0] == 'e' ? 1 : 2];
         if (measure(&w, j, 1) < 0) return 1;
         printf("wire.%s_mb_s %.0f MB/s\n", only, rate(&w, j));
         return 0;
     }
-    if (measure(&w, jobs, 3) < 0 || measure(&w, jobs + 3, 2) < 0 || measure(&w, jobs + 5, 4) < 0) return 1;
+    if (measure(&w, jobs, 3) < 0 || measure(&w, jobs + 3, 2) < 0 || measure(&w, jobs + 5, 4) < 0 ||
+        measure(&w, jobs + 9, 4) < 0)
+        return 1;
     double mem = rate(&w, &jobs[0]), enc = rate(&w, &jobs[1]), dec = rate(&w, &jobs[2]);
     uint64_t nrec = 0;
     for (size_t s = 0; s < NSEC; s++) nrec += w.in[s].nrec;
@@ -257,9 +288,18 @@ int main(int argc, char **argv)
     printf("wire.decode_aes_mb_s %.0f MB/s\n", ad);
     printf("wire.encode_aes_vs_plain %.3f x\n", pe > 0 ? ae / pe : 0);
     printf("wire.decode_aes_vs_plain %.3f x\n", pd > 0 ? ad / pd : 0);
+    double m2 = rate(&w, &jobs[9]), e2 = rate(&w, &jobs[10]), sc = rate(&w, &jobs[11]);
+    printf("wire.encode_scan_mb_s %.0f MB/s\n", sc);
+    printf("wire.encode_scan_vs_memcpy %.3f x\n", m2 > 0 ? sc / m2 : 0);
+    printf("wire.encode_tally_vs_scan %.3f x\n", sc > 0 ? e2 / sc : 0);
+    printf("wire.tally_ns_per_record %.2f ns\n",
+           jobs[12].rounds ? jobs[12].secs * 1e9 / ((double)jobs[12].rounds * (double)nrec) : 0);
     wire_segment_out_free(&seg);
     wire_segment_out_free(&sealed);
-    for (size_t s = 0; s < NSEC; s++) free(w.buf[s]);
+    for (size_t s = 0; s < NSEC; s++) {
+        free(w.buf[s]);
+        free(w.rec_kg[s]);
+    }
     free(dst);
     free(pool_buf);
     return 0;

@@ -2,19 +2,23 @@
  * wire/segment_enc.c — builds a segment (FORMAT.md) from the writers' pending records.
  *
  * This runs for every persisted byte, so each section is built with a counting sort by key
- * group straight into the output buffer, in two passes over the records:
- *   pass 1 (scan)  walks the record headers: validates them, finds the key-group range, and
- *                  counts each key group's records and framed bytes (the framing's varints
- *                  depend on the seq gaps) into a table grown as key groups appear; key groups
- *                  too far apart for it get a count pass of their own (plan_slots);
+ * group straight into the output buffer. The counts come from the writer (the section's
+ * wire_section_tally, kept at dstl_append while each record is at hand, 2-3 ns a record),
+ * so the pipeline's encode is one pass over the records; a section without one (a retry's,
+ * decoded back from a failed segment) gets a count pass first:
+ *   pass 1 (scan)  only without a tally: walks the record headers: validates them, finds the
+ *                  key-group range, and counts each key group's records and framed bytes (the
+ *                  framing's varints depend on the seq gaps) into a table grown as key groups
+ *                  appear; key groups too far apart for it get a count pass of their own
+ *                  (plan_slots);
  *   pass 2 (copy)  writes each record's framing at its run's cursor and copies its payload
- *                  (a plain memcpy: scattered over one cursor per key group), then
- *                  checksums each run where it now lies contiguous, in three-lane CRC32C
- *                  (the section's body, 1 MiB or so, is still in L2). Checksumming each
- *                  payload while copying it (once done here) made a serial crc32 chain of
- *                  ~13 words per 100-byte record and measured 15-20 % slower (bench_wire,
- *                  interleaved). The section's CRC is joined from the runs' CRCs
- *                  (wire_crc32c_combine) instead of another pass.
+ *                  (a plain memcpy: scattered over one cursor per key group), checking each
+ *                  record against the tally when there is one, then checksums each run where
+ *                  it now lies contiguous (wire_crc32c: the section's body, 1 MiB or so, is
+ *                  still in L2). Checksumming each payload while copying it (once done here)
+ *                  made a serial crc32 chain of ~13 words per 100-byte record and measured
+ *                  15-20 % slower (bench_wire, interleaved). The section's CRC is joined from
+ *                  the runs' CRCs (wire_crc32c_combine) instead of another pass.
  * Both passes are bound by memory, not instructions: the scan prefetches the records ahead
  * of it, and the copy the lines each run writes next (one cursor per key group is too many
  * streams for the hardware prefetcher). Compression (when asked) works from a scratch copy of
@@ -41,6 +45,7 @@ typedef struct {
     uint64_t expect;    /* seq (relative to the section) the next record's delta counts from */
     uint64_t off;       /* run start in the raw body */
     uint64_t cursor;    /* next write position in the raw body */
+    uint64_t seen;      /* records copied (checked against count when the counts were given) */
     uint32_t crc;
 } kg_slot;
 
@@ -52,6 +57,7 @@ typedef struct {
     kg_slot *slots;     /* data slots, then the meta slot last */
     size_t nslots;
     size_t nruns;
+    int checked;        /* the counts came from a tally: the copy checks the records against them */
 } sec_plan;
 
 /* Walks one section's records: `hdr` points at each record header in turn and `i` counts them
@@ -138,7 +144,7 @@ static int cover(scan_count *c, uint32_t kg, uint64_t nseen)
 
 /* Pass 1 (scan): validates the spans (whole records, count == nrec), finds the key-group
  * range, and counts each key group's records and framed bytes on the way (scan_count). */
-static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_count *c, wire_err *err)
+static int check_section_in(const wire_section_in *s, size_t si, wire_err *err)
 {
     if (!s->writer_id || !s->writer_id[0])
         return wire_fail(err, -EINVAL, "section %zu: empty writer id", si);
@@ -146,6 +152,13 @@ static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_
         return wire_fail(err, -EINVAL, "section %zu (%s): bad record count %llu at seq %llu", si,
                          s->writer_id, (unsigned long long)s->nrec,
                          (unsigned long long)s->seq_first);
+    return 0;
+}
+
+static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_count *c, wire_err *err)
+{
+    int rc = check_section_in(s, si, err);
+    if (rc < 0) return rc;
     uint64_t n = 0;
     pl->kg_min = UINT32_MAX;
     pl->kg_max = 0;
@@ -166,10 +179,9 @@ static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_
                 if (kg < pl->kg_min) pl->kg_min = kg;
                 if (kg > pl->kg_max) pl->kg_max = kg;
                 pl->ndata++;
-                if (!c->off && (kg < c->lo || kg - c->lo >= c->cap || !c->cap)) {
-                    int rc = cover(c, kg, pl->ndata);
-                    if (rc < 0) return rc;
-                }
+                if (!c->off && (kg < c->lo || kg - c->lo >= c->cap || !c->cap) &&
+                    (rc = cover(c, kg, pl->ndata)) < 0)
+                    return rc;
                 if (!c->off) slot_count(&c->tab[kg - c->lo], n, len);
             }
             pl->data_bytes += len;
@@ -192,6 +204,21 @@ static void count_section(const wire_section_in *s, sec_plan *pl)
         uint32_t lf = wire_le32(p);
         slot_count(&slots[slot_of(pl, lf, wire_le32(p + 4))], i, lf & WIRE_REC_MAX_LEN);
     });
+}
+
+/* Assigns each run its offset in the raw body (data runs by key group, meta last). */
+static void place_runs(sec_plan *pl)
+{
+    uint64_t off = 0;
+    for (size_t j = 0; j < pl->nslots; j++) {
+        kg_slot *k = &pl->slots[j];
+        k->off = k->cursor = off;
+        k->expect = 0;
+        k->crc = UINT32_MAX;   /* until copied: sizes the footer (proto3 omits a 0) */
+        off += k->bytes;
+        pl->nruns += k->count != 0;
+    }
+    pl->raw_len = off;
 }
 
 /* Builds the slot table (data slots by key group — dense over [kg_min, kg_max] when that
@@ -229,15 +256,47 @@ static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
     }
     free(c->tab);
     c->tab = NULL;
-    uint64_t off = 0;
-    for (size_t j = 0; j < pl->nslots; j++) {
-        slots[j].off = slots[j].cursor = off;
-        slots[j].expect = 0;
-        slots[j].crc = UINT32_MAX;   /* until copied: sizes the footer (proto3 omits a 0) */
-        off += slots[j].bytes;
-        pl->nruns += slots[j].count != 0;
+    place_runs(pl);
+    return 0;
+}
+
+/* The plan from the writer's tally instead of a scan: dense slots over the tally's non-empty
+ * key groups, then the meta slot. What it cannot know yet (that the records are whole and
+ * match it) the copy checks. */
+static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
+{
+    int rc = check_section_in(s, si, err);
+    if (rc < 0) return rc;
+    const wire_section_tally *t = s->tally;
+    if (t->nkg && (!t->kg || (uint64_t)t->kg_lo + t->nkg - 1 > UINT32_MAX))
+        return wire_fail(err, -EINVAL, "section %zu (%s): bad tally of %u key groups from %u", si,
+                         s->writer_id, t->nkg, t->kg_lo);
+    uint32_t lo = 0, hi = 0;
+    for (uint32_t j = 0; j < t->nkg; j++)
+        if (t->kg[j].count) {
+            if (!pl->ndata) lo = j;
+            hi = j;
+            pl->ndata += t->kg[j].count;
+        }
+    pl->nmeta = t->meta.count;
+    if (pl->ndata + pl->nmeta != s->nrec)
+        return wire_fail(err, -EINVAL, "section %zu (%s): its tally counts %llu records, nrec %llu", si,
+                         s->writer_id, (unsigned long long)(pl->ndata + pl->nmeta),
+                         (unsigned long long)s->nrec);
+    pl->kg_min = pl->ndata ? t->kg_lo + lo : UINT32_MAX;
+    pl->kg_max = pl->ndata ? t->kg_lo + hi : 0;
+    pl->data_bytes = t->payload_bytes;
+    size_t range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
+    pl->nslots = range + 1;
+    if (!(pl->slots = calloc(pl->nslots, sizeof *pl->slots))) return -ENOMEM;
+    for (size_t j = 0; j < range; j++) {
+        pl->slots[j].count = t->kg[lo + j].count;
+        pl->slots[j].bytes = t->kg[lo + j].bytes;
     }
-    pl->raw_len = off;
+    pl->slots[range].count = t->meta.count;
+    pl->slots[range].bytes = t->meta.bytes;
+    place_runs(pl);
+    pl->checked = 1;
     return 0;
 }
 
@@ -251,46 +310,86 @@ static inline uint32_t varint14(uint32_t v, unsigned *n)
     return two ? (v & 0x7f) | 0x80 | (v >> 7) << 8 : v;
 }
 /* Pass 2 (copy): writes the raw body (pl->raw_len bytes): each record's framing at its run's
- * cursor, then its payload; then each run's CRC over its contiguous bytes (three lanes, from
- * L2); returns the CRC of the whole body, joined from the runs' CRCs. The runs' cursors are
- * scattered over the body (one per key group), too many streams for the hardware prefetcher: each record asks
- * for the lines its run writes next, so the next record of that run finds them in cache. */
-static uint32_t copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *body)
+ * cursor, then its payload. The runs' cursors are scattered over the body (one per key
+ * group), too many streams for the hardware prefetcher: each record asks for the lines its
+ * run writes next, so the next record of that run finds them in cache. When the counts came
+ * from a tally (checked), nothing has read the records yet: each is checked to be whole, in
+ * the tally's key groups and within its run before it is written, and the runs are checked
+ * full at the end; -1 when they are not. Inlined twice, so the scan's path has no checks. */
+static inline __attribute__((always_inline)) int copy_records(const wire_section_in *s, sec_plan *pl,
+                                                              uint8_t *body, const int checked)
 {
     kg_slot *slots = pl->slots;
-    FOR_EACH_RECORD(s, p, i, {
-        uint32_t lf = wire_le32(p);
-        kg_slot *k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
-        size_t len = lf & WIRE_REC_MAX_LEN;
-        uint8_t *h = body + k->cursor;
-        __builtin_prefetch(p + 1024);
-        __builtin_prefetch(h + 128, 1, 2);   /* into L2: the next record of this run is far off */
-        __builtin_prefetch(h + 192, 1, 2);
-        uint64_t gap = i - k->expect;
-        size_t hn;
-        if (gap < 1u << 14 && len < 1u << 14) {
-            /* The framing is built in a register and stored with one 4-byte move: built in
-             * memory byte by byte and moved as a word, it stalled on store forwarding
-             * (80 % of this loop's samples on Zen 4). */
-            unsigned n1, n2;
-            uint32_t fr = varint14((uint32_t)gap, &n1);
-            fr |= varint14((uint32_t)len, &n2) << (8 * n1);
-            hn = n1 + n2;
-            if (hn + len >= 4) memcpy(h, &fr, 4);   /* the payload overwrites what lies past it */
+    const size_t ndense = pl->nslots - 1;
+    uint64_t i = 0;
+    for (size_t sp = 0; sp < s->nspans; sp++) {
+        const uint8_t *p = s->spans[sp].p, *end = p + s->spans[sp].len;
+        while (p < end) {
+            if (checked && (size_t)(end - p) < WIRE_REC_HDR) return -1;
+            uint32_t lf = wire_le32(p);
+            size_t len = lf & WIRE_REC_MAX_LEN, rs = wire_rec_size(len);
+            if (checked && rs > (size_t)(end - p)) return -1;
+            kg_slot *k;
+            if (checked) {
+                size_t j = lf & WIRE_REC_META ? ndense : (size_t)(uint32_t)(wire_le32(p + 4) - pl->kg_min);
+                if (!(lf & WIRE_REC_META) && j >= ndense) return -1;
+                k = &slots[j];
+            } else {
+                k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
+            }
+            uint8_t *h = body + k->cursor;
+            __builtin_prefetch(p + 1024);
+            __builtin_prefetch(h + 128, 1, 2);   /* into L2: the next record of this run is far off */
+            __builtin_prefetch(h + 192, 1, 2);
+            uint64_t gap = i - k->expect;
+            size_t hn;
+            uint32_t fr = 0;
+            const int small = gap < 1u << 14 && len < 1u << 14;
+            if (small) {
+                /* The framing is built in a register and stored with one 4-byte move: built in
+                 * memory byte by byte and moved as a word, it stalled on store forwarding
+                 * (80 % of this loop's samples on Zen 4). */
+                unsigned n1, n2;
+                fr = varint14((uint32_t)gap, &n1);
+                fr |= varint14((uint32_t)len, &n2) << (8 * n1);
+                hn = n1 + n2;
+            } else {
+                hn = wire_varint_len(gap) + wire_varint_len(len);
+            }
+            if (checked && k->cursor + hn + len > k->off + k->bytes) return -1;
+            if (!small) wire_varint_put(wire_varint_put(h, gap), len);
+            else if (hn + len >= 4) memcpy(h, &fr, 4);   /* the payload overwrites what lies past it */
             else for (size_t b = 0; b < hn; b++) h[b] = (uint8_t)(fr >> (8 * b));
-        } else {
-            hn = (size_t)(wire_varint_put(wire_varint_put(h, gap), len) - h);
+            memcpy(h + hn, p + WIRE_REC_HDR, len);
+            k->expect = i + 1;
+            k->cursor += hn + len;
+            if (checked) k->seen++;
+            p += rs;
+            i++;
         }
-        memcpy(h + hn, p + WIRE_REC_HDR, len);
-        k->expect = i + 1;
-        k->cursor = k->cursor + hn + len;
-    });
-    uint32_t crc = 0;
+    }
+    if (checked) {
+        if (i != s->nrec) return -1;
+        for (size_t j = 0; j < pl->nslots; j++)
+            if (slots[j].seen != slots[j].count || slots[j].cursor != slots[j].off + slots[j].bytes) return -1;
+    }
+    return 0;
+}
+
+/* Copies the section's records into body (copy_records), then checksums each run where it now
+ * lies contiguous, in three-lane CRC32C (the body, 1 MiB or so, is still in L2); *crc is the
+ * whole body's, joined from the runs'. -EINVAL when the records do not match their tally. */
+static int copy_section(const wire_section_in *s, sec_plan *pl, uint8_t *body, uint32_t *crc)
+{
+    if (pl->checked ? copy_records(s, pl, body, 1) : copy_records(s, pl, body, 0)) return -EINVAL;
+    kg_slot *slots = pl->slots;
+    uint32_t c = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
         slots[j].crc = wire_crc32c(0, body + slots[j].off, slots[j].bytes);
-        if (slots[j].count) crc = wire_crc32c_combine(crc, slots[j].crc, slots[j].bytes);
+        if (slots[j].count) c = wire_crc32c_combine(c, slots[j].crc, slots[j].bytes);
     }
-    return crc;
+    *crc = c;
+    return 0;
 }
 
 static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len, uint32_t footer_crc,
@@ -380,14 +479,15 @@ static void footer_section(const wire_section_in *s, const sec_plan *pl, const w
 /* Writes section si at dst (cap bytes); returns its stored length and sets *comp to the codec
  * used. scratch (raw_len bytes) holds the raw body when compressing. */
 static uint64_t emit_section(const wire_seg_opts *o, const wire_section_in *s, sec_plan *pl,
-                             uint8_t *scratch, uint8_t *dst, size_t cap, int *comp, uint32_t *crc)
+                             uint8_t *scratch, uint8_t *dst, size_t cap, int *comp, uint32_t *crc, int *rc)
 {
     *comp = WIRE_COMP_NONE;
     if (o->compression == WIRE_COMP_NONE) {
-        *crc = copy_section(s, pl, dst);
+        *rc = copy_section(s, pl, dst, crc);
         return pl->raw_len;
     }
-    uint32_t raw_crc = copy_section(s, pl, scratch);
+    uint32_t raw_crc;
+    if ((*rc = copy_section(s, pl, scratch, &raw_crc)) < 0) return 0;
     size_t c = wire_codec_compress(o->compression, o->compression_level, scratch, pl->raw_len,
                                    dst, cap);
     /* Keep the compressed form only when it is smaller and a reader will accept its ratio. */
@@ -477,7 +577,7 @@ static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_
 /* Writes every section from WIRE_SEG_HEADER_LEN on, sealing each when t->seal is set, and
  * fills their footer entries; returns where the sections end. */
 static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
-                         wire_segment_out *r, uint8_t *scratch, int *rc)
+                         wire_segment_out *r, uint8_t *scratch, int *rc, wire_err *err)
 {
     uint64_t pos = WIRE_SEG_HEADER_LEN;
     *rc = 0;
@@ -486,7 +586,12 @@ static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, si
         int comp;
         uint64_t c = section_cap(o, pl);
         uint32_t crc;
-        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r->buf + pos, c, &comp, &crc);
+        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r->buf + pos, c, &comp, &crc, rc);
+        if (*rc < 0) {
+            wire_fail(err, *rc, "section %zu (%s): its records do not match its tally (torn, outside its "
+                      "key groups, or other counts)", i, secs[i].writer_id);
+            break;
+        }
         r->secs[i] = section_loc(&secs[i], pl, pos, stored, crc);
         wire_kg_run *kr = t->seal ? t->kruns + run0 : NULL;
         if (kr)
@@ -497,6 +602,32 @@ static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, si
         pos += stored;
     }
     return pos;
+}
+
+/* Plans every section (from its tally, else by a scan): t->plans; the total number of runs and
+ * the largest raw body. */
+static int plan_sections(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
+                         size_t *nruns, uint64_t *raw_max, wire_err *err)
+{
+    for (size_t i = 0; i < nsecs; i++) {
+        sec_plan *pl = &t->plans[i];
+        int rc;
+        if (secs[i].tally) {
+            rc = plan_from_tally(&secs[i], i, pl, err);
+        } else {
+            scan_count c = {0};
+            rc = scan_section(&secs[i], i, pl, &c, err);
+            if (rc == 0) rc = plan_slots(&secs[i], pl, &c);
+            free(c.tab);
+        }
+        if (rc < 0) return rc;
+        if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0)
+            return wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
+                             (unsigned long long)pl->raw_len);
+        if (pl->raw_len > *raw_max) *raw_max = pl->raw_len;
+        *nruns += pl->nruns;
+    }
+    return 0;
 }
 
 int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
@@ -517,21 +648,7 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
      * output is allocated once and written in place. */
     size_t nruns = 0;
     uint64_t raw_max = 0;
-    for (size_t i = 0; i < nsecs; i++) {
-        sec_plan *pl = &t.plans[i];
-        scan_count c = {0};
-        rc = scan_section(&secs[i], i, pl, &c, err);
-        if (rc == 0) rc = plan_slots(&secs[i], pl, &c);
-        free(c.tab);
-        if (rc < 0) goto fail;
-        if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0) {
-            rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
-                           (unsigned long long)pl->raw_len);
-            goto fail;
-        }
-        if (pl->raw_len > raw_max) raw_max = pl->raw_len;
-        nruns += pl->nruns;
-    }
+    if ((rc = plan_sections(o, secs, nsecs, &t, &nruns, &raw_max, err)) < 0) goto fail;
     rc = -ENOMEM;
     t.pb_secs = calloc(nsecs, sizeof *t.pb_secs);
     t.pb_sec_ptrs = calloc(nsecs, sizeof *t.pb_sec_ptrs);
@@ -577,7 +694,7 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     if (sealed && (rc = seal_start(o->seal_key, o->seal_data_key, r.buf, o->segment_no, o->run_id, block,
                                    &t.seal)) < 0)
         goto fail;
-    pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc);
+    pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc, err);
     if (rc < 0) goto fail;
     r.nsecs = nsecs;
     size_t pblen = dstl__segment_footer__pack(&f, r.buf + pos + blen);

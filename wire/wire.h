@@ -78,6 +78,33 @@ int wire_key_id_valid(const char *id, size_t len);
 
 enum { WIRE_COMP_NONE = 0, WIRE_COMP_LZ4 = 1, WIRE_COMP_ZSTD = 2 };
 
+/* One key group's records in a section, counted as they are appended (wire_tally_add): what
+ * the encoder's counting sort needs, so that it need not walk the records to count them. */
+typedef struct {
+    uint64_t count;           /* records */
+    uint64_t bytes;           /* framed bytes (FORMAT.md: seq-gap varint, length varint, payload) */
+    uint64_t next;            /* the section-relative seq after its last record */
+} wire_kg_tally;
+
+/* A section's tally: kg[i] counts key group kg_lo + i (nkg entries), meta the METADATA records,
+ * payload_bytes the payload of all of them. */
+typedef struct {
+    uint32_t kg_lo, nkg;
+    const wire_kg_tally *kg;
+    wire_kg_tally meta;
+    uint64_t payload_bytes;
+} wire_section_tally;
+
+/* Counts a record of len payload bytes at section-relative seq rel into its key group's tally. */
+static inline void wire_tally_add(wire_kg_tally *t, uint64_t rel, size_t len)
+{
+    uint64_t gap = rel - t->next;
+    t->bytes += (64u - (unsigned)__builtin_clzll(gap | 1) + 6) / 7 +
+                (64u - (unsigned)__builtin_clzll((uint64_t)len | 1) + 6) / 7 + len;
+    t->next = rel + 1;
+    t->count++;
+}
+
 /* One writer's contiguous records [seq_first, seq_first + nrec) for one section. */
 typedef struct {
     const char *writer_id;
@@ -85,6 +112,10 @@ typedef struct {
     uint64_t nrec;
     const wire_span *spans;   /* the records in pending-record format, in seq order */
     size_t nspans;
+    /* Optional: the records' tally, as the writer counted them at append. With it the encoder
+     * copies the records in one pass (and still checks them against it: a tally that does not
+     * match the records is -EINVAL); without it (NULL) it counts them in a pass of its own. */
+    const wire_section_tally *tally;
 } wire_section_in;
 
 typedef struct {

@@ -58,6 +58,7 @@ void range_drop(dstl_storage *s, range *r)
     }
     free(r->retry_buf);
     free(r->spans);
+    free(r->tally);
     free(r);
 }
 
@@ -130,6 +131,8 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             free(r->spans);            /* durable: reads go to the segment from now on */
             r->spans = NULL;
             r->nspans = 0;
+            free(r->tally);
+            r->tally = NULL;
             reg_section_add(g);
         } else {
             r->state = RANGE_FAILED;
@@ -405,7 +408,7 @@ void batch_flush(pipeline_loop *loop)
     for (pipeline_section *x = b->head; x; x = x->next, i++) {
         x->index = i;
         in[i] = (wire_section_in){x->w->id, x->r->seq_first, x->r->seq_end - x->r->seq_first,
-                                  x->r->spans, x->r->nspans};
+                                  x->r->spans, x->r->nspans, x->r->tally};
     }
     wire_err e = {{0}};
     int rc = encode_segment(s, b, in, &e);

@@ -42,6 +42,8 @@ void batch_release_records(dstl_storage *s, batch *b)
         free(r->spans);
         r->spans = NULL;
         r->nspans = 0;
+        free(r->tally);             /* it counted the chunks' records; a retry decodes its own */
+        r->tally = NULL;
         writer_release_sent_chunks(x->w);
     }
     pthread_cond_broadcast(&s->room_cv);
