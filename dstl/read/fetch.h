@@ -10,14 +10,18 @@
  *            adjacent ranges are one; gaps below the merge gap are read through, smallest
  *            first, while they add at most 1/FETCH_GAP_SHARE_DEN of the needed bytes; and when
  *            most of the object (FETCH_WHOLE_NUM / FETCH_WHOLE_DEN) is needed the whole object
- *            is one extent. Each pending range adds
+ *            is one extent; an object of at most 512 KiB is always one extent, whole (one GET:
+ *            its round trip costs more than its unneeded bytes). Each pending range adds
  *            a use to every extent it overlaps; fetch_release of the same range drops it.
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an object's prio, then offset), at most max_gets at once, and only while the
  *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
  *            fetch_first marks a range of an object (at most two per object) to be an extent of
  *            its own, fetched before every other extent (the restore plan's first objects: their
- *            footers, and the first section a reader needs, arrive before the rest).
+ *            footers, and the first section a reader needs, arrive before the rest); the
+ *            other extents start once those are complete, or 50 ms (FETCH_FIRST_HOLD_MS) after they
+ *            started (a server may read a GET's whole range before its first byte). A small
+ *            object's marks make the whole object that extent.
  *   holding  an extent's bytes stay in memory while it has uses; the last release frees them
  *            (a failed GET's too: what it had handed over stays valid for those holding uses).
  *   reading  fetch_read copies a range out of the extents, waiting while they are queued or
