@@ -92,6 +92,7 @@ struct dstl_restore {
     uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
     int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
     uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
+    size_t early_extra;         /* the GETs its first extents add */
 };
 
 static uint64_t str_hash(const char *s)
@@ -268,13 +269,19 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
 #define RESTORE_FOOTER_FIRST_MIN_BYTES (1u << 20)
 
 /* The first record, as soon as a round trip and a section's transfer allow: before anything
- * else is planned, the first piece of the first entry that reads its section whole (in an
- * object of at least RESTORE_FOOTER_FIRST_MIN_BYTES) gets two extents of their own, fetched
- * first (fetch_first): its segment's footer, and the object from that section's start to the
- * footer (the section streams in first); the bytes before the section follow. Two GETs more
- * than the object alone: only when the plan's share of extra GETs (one in
- * RESTORE_FOOTER_FIRST_SHARE objects) has room for them. */
-#define RESTORE_EARLY_EXTRA_GETS 2u
+ * else is planned, one piece gets extents of its own, fetched before all others (fetch_first;
+ * the others start once these are complete): its segment's footer and its section, widened
+ * to the object's start or the footer when within RESTORE_FIRST_EDGE_BYTES of them (no GET
+ * of a sliver) — or, in a small object (fetch.c fetches those whole), the object. A server
+ * may read a GET's whole range before it sends a byte, so a first GET of the section to the
+ * end of the object would hold the record back for all of it. The piece is the first of some
+ * handle of the first RESTORE_FIRST_ENTRIES entries (the readers that open first) whose
+ * section the entry reads whole and whose first GETs carry the fewest bytes; the GETs this
+ * adds beyond the object's one (1-3) stay within the plan's share of extra GETs (one in
+ * RESTORE_FOOTER_FIRST_SHARE objects). */
+#define RESTORE_FIRST_ENTRIES 64u
+#define RESTORE_FIRST_EDGE_BYTES (64u << 10)
+#define RESTORE_SMALL_OBJECT_BYTES (512u << 10)
 
 static size_t fetched_objects(const dstl_restore *p)
 {
@@ -283,40 +290,66 @@ static size_t fetched_objects(const dstl_restore *p)
     return n;
 }
 
+typedef struct {
+    int64_t o;
+    const wire_handle *wh;
+    const wire_seg_ref *g;
+    const wire_piece *pc;
+    uint64_t a, b;              /* the section's extent (widened) */
+    size_t extra;               /* GETs beyond the object's one */
+    uint64_t bytes;             /* in the first GETs */
+} first_pick;
+
+/* Whether the first piece of handle k of entry i can be the plan's first: *c says how. */
+static int first_candidate(const dstl_restore *p, size_t i, size_t k, first_pick *c)
+{
+    const plan_handle *ph = &p->e[i].h[k];
+    if (!ph->wh->npieces) return 0;
+    const wire_piece *pc = &ph->wh->pieces[0];
+    int64_t o = ph->seg_obj[pc->seg];
+    const wire_seg_ref *g = &ph->wh->segs[pc->seg];
+    int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
+    if (o < 0 || !whole || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset) return 0;
+    *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len};
+    if (g->object_len <= RESTORE_SMALL_OBJECT_BYTES) return 1;
+    uint64_t end = pc->offset + pc->stored_len;
+    c->a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset;
+    c->b = g->footer_offset - end < RESTORE_FIRST_EDGE_BYTES ? g->footer_offset : end;
+    c->extra = 1 + (c->a > 0) + (c->b < g->footer_offset);
+    c->bytes = c->b - c->a + (g->object_len - g->footer_offset);
+    return 1;
+}
+
 static int plan_first_record(dstl_restore *p)
 {
     p->early_obj = -1;
-    if (fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE < RESTORE_EARLY_EXTRA_GETS) return 0;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) {
-            const plan_handle *ph = &p->e[i].h[k];
-            if (!ph->wh->npieces) continue;
-            const wire_piece *pc = &ph->wh->pieces[0];
-            int64_t o = ph->seg_obj[pc->seg];
-            const wire_seg_ref *g = &ph->wh->segs[pc->seg];
-            int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
-            if (o < 0 || !whole || g->object_len < RESTORE_FOOTER_FIRST_MIN_BYTES || !pc->stored_len) continue;
-            plan_obj *po = &p->objs[o];
-            p->early_obj = o;
-            po->early = po->footer_first = 1;
-            p->early_off[0] = g->footer_offset;
-            p->early_len[0] = g->object_len - g->footer_offset;
-            p->early_off[1] = pc->offset;
-            p->early_len[1] = pc->stored_len;
-            int rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
-            if (rc == 0 && pc->offset < g->footer_offset)
-                rc = fetch_first(p->fs, po->fid, pc->offset, g->footer_offset - pc->offset);
-            for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
-            if (rc == 0) rc = fetch_commit(p->fs, po->fid);
-            return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
-                                            ph->wh->writer_id, po->uri) : rc;
-        }
-    return 0;
+    size_t budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE;
+    first_pick best = {.o = -1}, c;
+    for (size_t i = 0; i < p->n && i < RESTORE_FIRST_ENTRIES; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++)
+            if (first_candidate(p, i, k, &c) && c.extra <= budget && (best.o < 0 || c.bytes < best.bytes)) best = c;
+    if (best.o < 0) return 0;
+    const wire_seg_ref *g = best.g;
+    plan_obj *po = &p->objs[best.o];
+    p->early_obj = best.o;
+    p->early_extra = best.extra;
+    po->early = po->footer_first = 1;
+    p->early_off[0] = g->footer_offset;
+    p->early_len[0] = g->object_len - g->footer_offset;
+    p->early_off[1] = best.pc->offset;
+    p->early_len[1] = best.pc->stored_len;
+    int rc = fetch_first(p->fs, po->fid, best.a, best.b - best.a);
+    if (rc == 0 && best.b < g->object_len)
+        rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
+    for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
+    if (rc == 0) rc = fetch_commit(p->fs, po->fid);
+    return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
+                                    best.wh->writer_id, po->uri) : rc;
 }
 
 static void mark_footers_first(dstl_restore *p)
 {
-    size_t fetched = fetched_objects(p), marked = p->early_obj >= 0 ? RESTORE_EARLY_EXTRA_GETS : 0;
+    size_t fetched = fetched_objects(p), marked = p->early_obj >= 0 ? p->early_extra : 0;
     for (size_t i = 0; i < p->n && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; i++)
         for (size_t k = 0; k < p->e[i].nh && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; k++) {
             const plan_handle *ph = &p->e[i].h[k];
