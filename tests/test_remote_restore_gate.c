@@ -399,8 +399,10 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
     cr_assert_geq(n, 3, "ranged GETs noted: %d", n);
     const wire_seg_ref *g0 = seg_of(last, G.req_path[0]);
     cr_assert_not_null(g0, "the first GET names a segment of the handles: %s", G.req_path[0]);
+    /* the first GETs: the section and the footer (two, either order), or one from the section
+     * to the object's end; each at most half a large object (or a small object whole) */
     int footer = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && !(i == 1 && footer); i++) {
         const wire_seg_ref *g = seg_of(last, G.req_path[i]);
         cr_assert_not_null(g, "%s", G.req_path[i]);
         unsigned long long len = G.req_b[i] - G.req_a[i] + 1;
@@ -408,7 +410,7 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
         cr_assert(small_whole || 2 * len <= g->object_len,
                   "GET %d of the plan is %llu-%llu of %s (%llu bytes): more than half a large object", i, G.req_a[i],
                   G.req_b[i], G.req_path[i], (unsigned long long)g->object_len);
-        footer |= g == g0 && (small_whole || (G.req_a[i] == g->footer_offset && G.req_b[i] + 1 == g->object_len));
+        footer |= g == g0 && (small_whole || (G.req_a[i] <= g->footer_offset && G.req_b[i] + 1 == g->object_len));
     }
     cr_assert(footer, "the first record's footer is among the first GETs (%llu-%llu, %llu-%llu of %s)", G.req_a[0],
               G.req_b[0], G.req_a[1], G.req_b[1], G.req_path[0]);

@@ -254,3 +254,33 @@ Test(remote_restore_stream, two_ranges_of_a_small_object_are_one_get_of_the_whol
     fetch_release(f, small, SMALL_LEN - 5000, 5000);
     fetch_free(f);
 }
+
+Test(remote_restore_stream, whole_sections_less_than_256_kib_apart_are_one_get)
+{
+    /* an object whose ranges are whole sections of some writers (fetch_sections), the others'
+     * sections between them (100 KB: beyond the merge gap, more than an eighth of the need):
+     * one GET reads through them, not one per run */
+    reset(0, 0);
+    uint32_t id;
+    fetch_set *f = fake_set(&id);
+    fetch_sections(f, id);
+    for (uint32_t k = 0; k < 5; k++) cr_assert_eq(fetch_need(f, id, k * 200000u, 50000), 0);
+    cr_assert_eq(fetch_need(f, id, OBJ_LEN - 1000, 1000), 0);      /* the footer: 190 KB on */
+    cr_assert_eq(fetch_commit(f, id), 0);
+    uint8_t dst[1000];
+    char msg[256];
+    for (uint32_t k = 0; k < 5; k++) {
+        cr_assert_eq(fetch_read(f, id, k * 200000u, sizeof dst, dst, msg, sizeof msg), 1, "%s", msg);
+        for (size_t i = 0; i < sizeof dst; i++) cr_assert_eq(dst[i], obj_byte(k * 200000u + i));
+    }
+    cr_assert_eq(fetch_read(f, id, OBJ_LEN - 1000, sizeof dst, dst, msg, sizeof msg), 1, "%s", msg);
+    pthread_mutex_lock(&F.mu);
+    cr_assert_eq(F.gets, 1, "one GET through the gaps, %d made", F.gets);
+    char all[64];
+    snprintf(all, sizeof all, "0-%u", OBJ_LEN - 1);
+    cr_assert_str_eq(F.ranges[0], all);
+    pthread_mutex_unlock(&F.mu);
+    for (uint32_t k = 0; k < 5; k++) fetch_release(f, id, k * 200000u, 50000);
+    fetch_release(f, id, OBJ_LEN - 1000, 1000);
+    fetch_free(f);
+}

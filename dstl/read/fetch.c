@@ -98,7 +98,7 @@ typedef struct {
     size_t next, cap_ext;
     int fetched;
     span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
-    int nfirst;
+    int nfirst, sections;           /* fetch_sections */
 } object;
 
 struct fetch_set {
@@ -535,7 +535,7 @@ static int cmp_gap(const void *a, const void *b, void *ctx)
 /* Merges the sorted spans m[0..n) in place: overlapping and adjacent ones, then gaps below
  * merge_gap, smallest first, while the gaps read through stay within a share of the needed
  * bytes. Returns the new count; *need gets the needed bytes. */
-static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
+static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, int sections, uint64_t *need)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -552,7 +552,8 @@ static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
     unsigned char *join = calloc(k, 1);
     for (size_t i = 0; i + 1 < k; i++) gaps[i] = i;
     qsort_r(gaps, k - 1, sizeof *gaps, cmp_gap, m);
-    uint64_t waste = 0, allowed = *need / FETCH_GAP_SHARE_DEN;
+    uint64_t waste = 0, allowed = sections ? UINT64_MAX : *need / FETCH_GAP_SHARE_DEN;
+    if (sections) merge_gap = FETCH_SECTION_GAP_BYTES;
     for (size_t g = 0; join && g + 1 < k; g++) {
         uint64_t gap = m[gaps[g] + 1].off - m[gaps[g]].end;
         if (gap >= merge_gap || waste + gap > allowed) break;
@@ -580,7 +581,7 @@ int fetch_commit(fetch_set *f, uint32_t id)
     size_t m = 0;
     if (mg) {
         memcpy(mg, ob->pend, ob->npend * sizeof *mg);
-        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
+        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, ob->sections, &need);
     }
     /* fetch_first: those ranges are extents of their own, fetched before any other (a small
      * object: the whole of it, one extent) */
@@ -618,6 +619,13 @@ int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
     if (ok) ob->first[ob->nfirst++] = (span){off, off + len};
     pthread_mutex_unlock(&f->mu);
     return ok ? 0 : -EINVAL;
+}
+
+void fetch_sections(fetch_set *f, uint32_t id)
+{
+    pthread_mutex_lock(&f->mu);
+    f->objs[id].sections = 1;
+    pthread_mutex_unlock(&f->mu);
 }
 
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)

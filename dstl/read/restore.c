@@ -93,6 +93,7 @@ struct dstl_restore {
     int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
     uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
     size_t early_extra;         /* the GETs its first extents add */
+    size_t extra_budget;        /* extra_gets */
 };
 
 static uint64_t str_hash(const char *s)
@@ -272,7 +273,8 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
  * else is planned, one piece gets extents of its own, fetched before all others (fetch_first;
  * the others start once these are complete): its segment's footer and its section, widened
  * to the object's start or the footer when within RESTORE_FIRST_EDGE_BYTES of them (no GET
- * of a sliver) — or, in a small object (fetch.c fetches those whole), the object. A server
+ * of a sliver; a section next to the footer is one GET with it) — or, in a small object
+ * (fetch.c fetches those whole), the object. A server
  * may read a GET's whole range before it sends a byte, so a first GET of the section to the
  * end of the object would hold the record back for all of it. The piece is the first of some
  * handle of the first RESTORE_FIRST_ENTRIES entries (the readers that open first) whose
@@ -290,6 +292,66 @@ static size_t fetched_objects(const dstl_restore *p)
     return n;
 }
 
+/* The GETs the plan may add beyond one per object, to fetch footers and the first record
+ * first: one in RESTORE_FOOTER_FIRST_SHARE objects, less the GETs beyond one that objects
+ * needed only in part take (fetch.c: an object needed at FETCH_WHOLE_NUM / FETCH_WHOLE_DEN is
+ * one GET, else one per run of needed sections FETCH_SECTION_GAP_BYTES or more apart). Objects
+ * whose needs are all whole sections are told so (fetch_sections). */
+typedef struct {
+    int64_t o;
+    uint64_t off, end;
+} obj_span;
+
+static int cmp_obj_span(const void *a, const void *b)
+{
+    const obj_span *x = a, *y = b;
+    if (x->o != y->o) return x->o < y->o ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static size_t extra_gets(dstl_restore *p)
+{
+    size_t n = 0, budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE, more = 0;
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) n += p->e[i].h[k].wh->npieces + 1;
+    obj_span *v = malloc((n + p->nobj + 1) * sizeof *v);
+    unsigned char *cut = calloc(p->nobj + 1, 1);
+    n = 0;
+    for (size_t i = 0; v && cut && i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) {
+            const plan_handle *ph = &p->e[i].h[k];
+            for (size_t q = 0; q < ph->wh->npieces; q++) {
+                const wire_piece *pc = &ph->wh->pieces[q];
+                int64_t o = ph->seg_obj[pc->seg];
+                int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
+                if (o >= 0 && !whole) cut[o] = 1;
+                else if (o >= 0 && pc->stored_len) v[n++] = (obj_span){o, pc->offset, pc->offset + pc->stored_len};
+            }
+        }
+    for (size_t o = 0; v && cut && o < p->nobj; o++)
+        if (!p->objs[o].local) v[n++] = (obj_span){(int64_t)o, p->objs[o].g->footer_offset, p->objs[o].g->object_len};
+    if (v && cut) qsort(v, n, sizeof *v, cmp_obj_span);
+    for (size_t i = 0; v && cut && i < n;) {       /* one object's spans: v[i..j) */
+        size_t j = i, gaps = 0;
+        uint64_t need = 0, end = v[i].off;
+        for (; j < n && v[j].o == v[i].o; j++) {
+            if (v[j].off > end && j > i) gaps += v[j].off - end >= FETCH_SECTION_GAP_BYTES;
+            need += v[j].end > (v[j].off > end ? v[j].off : end) ? v[j].end - (v[j].off > end ? v[j].off : end) : 0;
+            if (v[j].end > end) end = v[j].end;
+        }
+        const wire_seg_ref *g = p->objs[v[i].o].g;
+        if (!cut[v[i].o]) {
+            fetch_sections(p->fs, p->objs[v[i].o].fid);
+            more += need * FETCH_WHOLE_DEN >= g->object_len * FETCH_WHOLE_NUM ? 0 : gaps;
+        }
+        i = j;
+    }
+    if (!v || !cut) more = budget;
+    free(v);
+    free(cut);
+    return budget > more ? budget - more : 0;
+}
+
 typedef struct {
     int64_t o;
     const wire_handle *wh;
@@ -300,8 +362,10 @@ typedef struct {
     uint64_t bytes;             /* in the first GETs */
 } first_pick;
 
-/* Whether the first piece of handle k of entry i can be the plan's first: *c says how. */
-static int first_candidate(const dstl_restore *p, size_t i, size_t k, first_pick *c)
+/* Whether the first piece of handle k of entry i can be the plan's first, its extra GETs
+ * within budget: *c says how, the fewer bytes of two shapes — the section (widened) and the
+ * footer, or one GET from the section to the object's end (one extra GET at most). */
+static int first_candidate(const dstl_restore *p, size_t i, size_t k, size_t budget, first_pick *c)
 {
     const plan_handle *ph = &p->e[i].h[k];
     if (!ph->wh->npieces) return 0;
@@ -312,22 +376,30 @@ static int first_candidate(const dstl_restore *p, size_t i, size_t k, first_pick
     if (o < 0 || !whole || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset) return 0;
     *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len};
     if (g->object_len <= RESTORE_SMALL_OBJECT_BYTES) return 1;
-    uint64_t end = pc->offset + pc->stored_len;
-    c->a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset;
-    c->b = g->footer_offset - end < RESTORE_FIRST_EDGE_BYTES ? g->footer_offset : end;
-    c->extra = 1 + (c->a > 0) + (c->b < g->footer_offset);
-    c->bytes = c->b - c->a + (g->object_len - g->footer_offset);
-    return 1;
+    uint64_t a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset, end = pc->offset + pc->stored_len;
+    uint64_t b = g->footer_offset - end < RESTORE_FIRST_EDGE_BYTES ? g->footer_offset : end;
+    first_pick tail = *c;                   /* [a, the end): the section and the footer in one GET */
+    tail.a = a;
+    tail.extra = a > 0;
+    tail.bytes = g->object_len - a;
+    if (b < g->footer_offset) {             /* [a, b) and the footer; the rest around them */
+        c->a = a;
+        c->b = b;
+        c->extra = (a > 0) + 2;
+        c->bytes = b - a + g->object_len - g->footer_offset;
+    }
+    if (b == g->footer_offset || c->extra > budget || tail.bytes < c->bytes) *c = tail;
+    return c->extra <= budget;
 }
 
 static int plan_first_record(dstl_restore *p)
 {
     p->early_obj = -1;
-    size_t budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE;
+    size_t budget = p->extra_budget = extra_gets(p);
     first_pick best = {.o = -1}, c;
     for (size_t i = 0; i < p->n && i < RESTORE_FIRST_ENTRIES; i++)
         for (size_t k = 0; k < p->e[i].nh; k++)
-            if (first_candidate(p, i, k, &c) && c.extra <= budget && (best.o < 0 || c.bytes < best.bytes)) best = c;
+            if (first_candidate(p, i, k, budget, &c) && (best.o < 0 || c.bytes < best.bytes)) best = c;
     if (best.o < 0) return 0;
     const wire_seg_ref *g = best.g;
     plan_obj *po = &p->objs[best.o];
@@ -349,9 +421,9 @@ static int plan_first_record(dstl_restore *p)
 
 static void mark_footers_first(dstl_restore *p)
 {
-    size_t fetched = fetched_objects(p), marked = p->early_obj >= 0 ? p->early_extra : 0;
-    for (size_t i = 0; i < p->n && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; i++)
-        for (size_t k = 0; k < p->e[i].nh && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; k++) {
+    size_t budget = p->extra_budget, marked = p->early_obj >= 0 ? p->early_extra : 0;
+    for (size_t i = 0; i < p->n && marked < budget; i++)
+        for (size_t k = 0; k < p->e[i].nh && marked < budget; k++) {
             const plan_handle *ph = &p->e[i].h[k];
             int64_t o = ph->wh->npieces ? ph->need[0].obj : -1;
             if (o < 0 || p->objs[o].need_index || p->objs[o].footer_first ||
