@@ -273,14 +273,14 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
  * else is planned, one piece gets extents of its own, fetched before all others (fetch_first;
  * the others start once these are complete): its segment's footer and its section, widened
  * to the object's start or the footer when within RESTORE_FIRST_EDGE_BYTES of them (no GET
- * of a sliver; a section next to the footer is one GET with it) — or, in a small object
- * (fetch.c fetches those whole), the object. A server
- * may read a GET's whole range before it sends a byte, so a first GET of the section to the
- * end of the object would hold the record back for all of it. The piece is the first of some
- * handle of the first RESTORE_FIRST_ENTRIES entries (the readers that open first) whose
- * section the entry reads whole and whose first GETs carry the fewest bytes; the GETs this
- * adds beyond the object's one (1-3) stay within the plan's share of extra GETs (one in
- * RESTORE_FOOTER_FIRST_SHARE objects). */
+ * of a sliver; a section next to the footer is one GET with it); or one GET from the section
+ * to the object's end, when the budget allows one extra GET only; or, in a small object
+ * (fetch.c fetches those whole), the object. A server may read a GET's whole range before it
+ * sends a byte, so a first GET of a section to the footer of a large object held the record
+ * back for all of it. The piece is the first of some handle of the first
+ * RESTORE_FIRST_ENTRIES entries (the readers that open first) whose section the entry reads
+ * whole and whose first GETs carry the fewest bytes; the GETs this adds beyond the object's
+ * one (0-3) stay within the plan's extra GETs (extra_gets). */
 #define RESTORE_FIRST_ENTRIES 64u
 #define RESTORE_FIRST_EDGE_BYTES (64u << 10)
 #define RESTORE_SMALL_OBJECT_BYTES (512u << 10)
