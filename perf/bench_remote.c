@@ -21,7 +21,10 @@
  *       new tasks after a rescale) each restore a quarter of the key groups from the handles
  *       of the old writers whose ranges meet it:
  *       recovery.rescale4.bytes_ratio = the largest one's bytes fetched / a quarter of the
- *       full restore's.
+ *       full restore's; recovery.rescale4.share_skew = the largest one's share of the records /
+ *       0.25 (the workload's balance: flat out, a thread ahead of the slowest by over 1 MiB
+ *       waits for it, at most 20 ms at a time, so every quarter of the writers writes about as
+ *       much).
  *   bench_remote put DIR BUCKET SIZE COUNT
  *       COUNT sequential PUTs of SIZE bytes with the same client: remote.put_p50/p99_us.
  */
@@ -89,11 +92,54 @@ typedef struct {
     dstl_storage *s;
     dstl_writer **w;
     int nw, first;
-    double end;
+    double start, end;
     double rate_bytes_s;         /* this thread's share of the offered load; 0 = flat out */
     uint64_t bytes;
     dstl_handle **last;          /* per writer: the final handle */
+    _Atomic uint64_t *progress;  /* flat out: every thread's bytes appended (balance_wait) */
+    int nt, self;
 } job;
+
+/* Flat out, a thread ahead of the slowest by more than this (or one round of its own, if
+ * larger) waits for it: scheduling alone gave a quarter of the writers (two of eight threads)
+ * 47 % of the records, and a rescaled task of that quarter then restores twice its share. */
+#define BALANCE_SLACK_BYTES (1u << 20)
+/* A wait lasts at most this long (a slow thread blocked in a persist never stalls the rest). */
+#define BALANCE_MAX_WAIT_S 0.02
+
+static void balance_wait(job *j, uint64_t round_bytes)
+{
+    uint64_t slack = round_bytes > BALANCE_SLACK_BYTES ? round_bytes : BALANCE_SLACK_BYTES;
+    atomic_store_explicit(&j->progress[j->self], j->bytes, memory_order_relaxed);
+    double until = now_s() + BALANCE_MAX_WAIT_S;
+    for (;;) {
+        uint64_t min = UINT64_MAX;
+        for (int t = 0; t < j->nt; t++) {
+            uint64_t b = atomic_load_explicit(&j->progress[t], memory_order_relaxed);
+            if (b < min) min = b;
+        }
+        double t = now_s();
+        if (j->bytes <= min + slack || t >= until || t >= j->end) return;
+        usleep(100);
+    }
+}
+
+/* Materializes every writer of the thread once a second of wall time (the same moments in
+ * every thread), but not in the last 1.5 s: the final handles (what recovery reads) then cover
+ * 1-2 s of changes, not a random 0-1 s. Checked between append rounds and before each wait for
+ * a persist: once per thread's 100 ms tick, behind persist waits that take up to a second at
+ * 1,024 writers, spread the writers' materializations over seconds, so the segments of that
+ * time held needed and unneeded sections interleaved (1.3-2 GETs per object restored). */
+static void materialize_due(job *j, uint64_t *mat, double *next_mat)
+{
+    double t = now_s();
+    if (t < *next_mat || t >= j->end - 1.5) return;
+    while (*next_mat <= t) *next_mat += 1.0;
+    for (int i = 0; i < j->nw; i++) {
+        mat[i] = dstl_writer_next_seq(j->w[i]);
+        dstl_truncate(j->w[i], mat[i]);
+    }
+}
 
 /* Each writer: append continuously, persist when its 100 ms interval is up (without waiting
  * for the previous persist unless it is still pending at the next interval), materialize
@@ -109,7 +155,7 @@ static void *load_thread(void *arg)
     dstl_handle **prev = calloc((size_t)j->nw, sizeof *prev);
     /* Checkpoints are aligned, as barriers align them in a stream processor: at every 100 ms
      * tick the thread persists all its writers, one after the other. */
-    double next_tick = t0 + 0.1;
+    double next_tick = t0 + 0.1, next_mat = j->start + 1.0;
     while (now_s() < j->end) {
         for (int i = 0; i < j->nw; i++) {
             for (int k = 0; k < 16; k++)
@@ -117,6 +163,8 @@ static void *load_thread(void *arg)
                     die("append");
             j->bytes += 16 * sizeof rec;
         }
+        if (j->progress) balance_wait(j, (uint64_t)j->nw * 16 * sizeof rec);
+        materialize_due(j, mat, &next_mat);
         double t = now_s();
         if (j->rate_bytes_s > 0) {
             double ahead = (double)j->bytes / j->rate_bytes_s - (t - t0);
@@ -127,6 +175,7 @@ static void *load_thread(void *arg)
         next_tick += 0.1;
         cp++;
         for (int i = 0; i < j->nw; i++) {
+            materialize_due(j, mat, &next_mat);
             if (f[i]) {                            /* the previous checkpoint completes first */
                 dstl_handle *h;
                 if (dstl_future_wait(f[i], -1) < 0 || dstl_future_result(f[i], &h) < 0) die("persist");
@@ -137,12 +186,6 @@ static void *load_thread(void *arg)
                     dstl_handle_free(prev[i]);
                 }
                 prev[i] = h;
-            }
-            /* materialize once a second, but not in the last 1.5 s: the final handles (what
-             * recovery reads) then cover 1-2 s of changes, not a random 0-1 s */
-            if (cp % 10 == 0 && t < j->end - 1.5) {
-                mat[i] = dstl_writer_next_seq(j->w[i]);
-                dstl_truncate(j->w[i], mat[i]);
             }
             if (dstl_persist(j->w[i], mat[i], cp, &f[i]) < 0) die("persist");
         }
@@ -323,6 +366,7 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
     printf("recovery.w%d.cpu_ms %.1f ms\n", n, r.cpu_ms);
     if (!rescale) return;
     double worst = 0;
+    uint64_t qbytes[4], qsum = 0, qmax = 0;
     for (int q = 0; q < 4; q++) {
         char sub[4200], cmd[4300];
         snprintf(sub, sizeof sub, "%s-task%d", dir, q);
@@ -339,8 +383,14 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
         if (system(cmd) != 0) die("rm task dir");
         double ratio = (double)rq.st.bytes_fetched / ((double)r.st.bytes_fetched / 4);
         if (ratio > worst) worst = ratio;
+        qbytes[q] = rq.record_bytes;
+        qsum += qbytes[q];
+        if (qbytes[q] > qmax) qmax = qbytes[q];
     }
     printf("recovery.rescale4.bytes_ratio %.3f x\n", worst);
+    /* how balanced the workload was: the largest quarter's share of the records / 0.25 (1.0:
+     * even; bytes_ratio cannot be below it, whatever the restore does) */
+    printf("recovery.rescale4.share_skew %.3f x\n", qsum ? (double)qmax / (double)qsum / 0.25 : 0.0);
 }
 
 static int bench_load(const char *dir, const char *bucket, int n, double secs, double rate_mb_s,
@@ -355,6 +405,7 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     job *jobs = calloc((size_t)nt, sizeof *jobs);
     pthread_t *th = calloc((size_t)nt, sizeof *th);
     dstl_handle **last = calloc((size_t)n, sizeof *last);
+    _Atomic uint64_t *progress = calloc((size_t)nt, sizeof *progress);
     int first = 0;
     double t0 = now_s();
     for (int t = 0; t < nt; t++) {
@@ -364,8 +415,12 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
         j->first = first;
         j->w = calloc((size_t)j->nw, sizeof *j->w);
         j->last = last + first;
+        j->start = t0;
         j->end = t0 + secs;
         j->rate_bytes_s = rate_mb_s * 1e6 / nt;
+        j->progress = rate_mb_s > 0 ? NULL : progress;
+        j->nt = nt;
+        j->self = t;
         for (int i = 0; i < j->nw; i++) {
             char id[32];
             snprintf(id, sizeof id, "w%d", first + i);
@@ -409,6 +464,7 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
         dstl_config_free(c);
         free(jobs);
         free(th);
+        free(progress);
         return 0;
     }
 
@@ -441,6 +497,7 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     dstl_config_free(c);
     free(jobs);
     free(th);
+    free(progress);
     return 0;
 }
 

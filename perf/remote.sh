@@ -19,6 +19,8 @@
 #   recovery.wN.first_record_vs_get             first_record_ms / small_get_p99_ms
 #   recovery.rescale4.bytes_ratio               (w256) four quarter-key-group tasks, each in its
 #                                               own storage: the largest bytes fetched / (full / 4)
+#   recovery.rescale4.share_skew                the largest of those tasks' share of the records
+#                                               / 0.25: the workload's balance (1.0 even)
 #   recovery.mb_s, recovery.raw_get_mb_s, recovery.vs_raw   the w256 values (earlier names)
 #   remote.w256.enc_mb_s, recovery.w256.enc_mb_s, recovery.enc_vs_plain
 #                                               the flat-out w256 run and its recovery with

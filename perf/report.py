@@ -37,12 +37,19 @@ GOALS = [
     ("recovery.w256.vs_raw", ">=", 0.9, "issue 12: recovery"),
     ("recovery.w1024.vs_raw", ">=", 0.9, "issue 12: recovery"),
     ("recovery.rescale4.bytes_ratio", "<=", 1.3, "issue 12: recovery"),
+    ("recovery.w16.requests_vs_objects", "<=", 1.1, "issue 12: recovery"),
+    ("recovery.w256.requests_vs_objects", "<=", 1.1, "issue 12: recovery"),
+    ("recovery.w1024.requests_vs_objects", "<=", 1.1, "issue 12: recovery"),
+    ("recovery.w16.first_record_vs_get", "<=", 2.0, "issue 12: recovery"),
+    ("recovery.w256.first_record_vs_get", "<=", 2.0, "issue 12: recovery"),
+    ("recovery.w1024.first_record_vs_get", "<=", 2.0, "issue 12: recovery"),
     ("append.vs_memcpy", ">=", 0.3, "design: append"),
     ("s3.vs_rclone", ">=", 1.5, "issue 4: S3 client"),
 ]
 # Lines shown next to the goals, without a target.
 INFO = ["local.best_mb_s", "local.paired_mb_s", "local.disk_mb_s", "fio.seg_bytes", "fio.seg_buffered_mb_s", "fio.seg_direct_mb_s",
-        "local.direct_vs_buffered", "local.cpu_vs_floor", "remote.requests_flatness", "wire.decode_vs_memcpy"]
+        "local.direct_vs_buffered", "local.cpu_vs_floor", "remote.requests_flatness", "wire.decode_vs_memcpy",
+        "recovery.rescale4.share_skew"]
 HISTORY_KEEP = 10
 MEDIAN_OF = 3
 WRITERS_LOCAL = [1, 16, 256, 1024]

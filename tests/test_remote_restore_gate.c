@@ -49,18 +49,39 @@ typedef struct {
     uint64_t limit;             /* answer bytes per connection while closed */
     _Atomic int held;           /* connections holding answer bytes back (from reaching the
                                  * limit until the gate opens or they end) */
+    int nreq;                   /* ranged GETs seen, in the order they came (under mu) */
+    char req_path[64][512];
+    unsigned long long req_a[64], req_b[64];
 } gate;
+
+/* Notes the ranged GETs in a chunk of requests (a request's head comes in one read). */
+static void note_requests(gate *g, char *buf, size_t n)
+{
+    buf[n] = 0;
+    for (char *at = buf; (at = strstr(at, "GET /")) != NULL; at += 5) {
+        const char *r = strcasestr(at, "\r\nrange: bytes="), *eoh = strstr(at, "\r\n\r\n");
+        const char *sp = strchr(at + 4, ' ');
+        if (!r || !sp || (eoh && r > eoh)) continue;
+        pthread_mutex_lock(&g->mu);
+        if (g->nreq < 64 && sscanf(r + 15, "%llu-%llu", &g->req_a[g->nreq], &g->req_b[g->nreq]) == 2) {
+            snprintf(g->req_path[g->nreq], sizeof g->req_path[0], "%.*s", (int)(sp - (at + 4)), at + 4);
+            g->nreq++;
+        }
+        pthread_mutex_unlock(&g->mu);
+    }
+}
 
 typedef struct {
     gate *g;
     int cfd;
 } conn;
 
-static int pump(int from, int to, uint64_t *count)
+static int pump(int from, int to, uint64_t *count, gate *requests)
 {
-    char buf[16384];
-    ssize_t n = read(from, buf, sizeof buf);
+    char buf[16385];
+    ssize_t n = read(from, buf, sizeof buf - 1);
     if (n <= 0) return -1;
+    if (requests) note_requests(requests, buf, (size_t)n);
     for (ssize_t off = 0; off < n;) {
         ssize_t w = write(to, buf + off, (size_t)(n - off));
         if (w <= 0) return -1;
@@ -89,8 +110,8 @@ static void *conn_thread(void *arg)
             struct pollfd p[2] = {{c->cfd, POLLIN, 0}, {ufd, hold ? 0 : POLLIN, 0}};
             int n = poll(p, 2, 50);
             if (n < 0) break;
-            if ((p[0].revents & (POLLIN | POLLHUP)) && pump(c->cfd, ufd, NULL) < 0) break;
-            if ((p[1].revents & (POLLIN | POLLHUP)) && pump(ufd, c->cfd, &answered) < 0) break;
+            if ((p[0].revents & (POLLIN | POLLHUP)) && pump(c->cfd, ufd, NULL, g) < 0) break;
+            if ((p[1].revents & (POLLIN | POLLHUP)) && pump(ufd, c->cfd, &answered, NULL) < 0) break;
         }
     }
     if (holding) atomic_fetch_sub(&g->held, 1);
@@ -322,5 +343,76 @@ Test(remote_restore_gate, a_reader_gets_its_first_record_before_its_object_has_a
     }
     cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+    for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
+}
+
+/* The segment of last[] whose object a request path names (it ends with the segment's name). */
+static const wire_seg_ref *seg_of(dstl_handle *const *last, const char *path)
+{
+    size_t pl = strlen(path);
+    for (uint32_t i = 0; i < NW; i++)
+        for (size_t k = 0; k < last[i]->wh->nsegs; k++) {
+            const wire_seg_ref *g = &last[i]->wh->segs[k];
+            size_t nl = strlen(g->name);
+            if (pl >= nl && strcmp(path + pl - nl, g->name) == 0 && (pl == nl || path[pl - nl - 1] == '/')) return g;
+        }
+    return NULL;
+}
+
+Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_not_an_object)
+{
+    /* A server may read a GET's whole range before its first byte: the plan's first GETs (the
+     * ones every other waits for) must be small — the first record's footer and section (or a
+     * small object whole) — not a range to the end of a large object. The gate stays open; it
+     * only notes each ranged GET's path and range, in the order they came. */
+    dstl_handle *last[NW];
+    write_all(last);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
+    dstl_config *c = t_config(rdir, NULL);
+    t_remote_set_s3(&fx, c);
+    cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_restore_entry e[NW];
+    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    for (uint32_t i = 0; i < NW; i++) {
+        dstl_reader *r;
+        dstl_record rec;
+        int rc;
+        uint64_t k = 0;
+        cr_assert_eq(dstl_restore_reader_open(p, i, 0, &r), 0, "%s", dstl_last_error());
+        while ((rc = dstl_reader_next(r, &rec)) == 1) k++;
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        cr_assert_eq(k, (uint64_t)ROUNDS * PER_ROUND, "writer %u", i);
+        dstl_reader_close(r);
+    }
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    pthread_mutex_lock(&G.mu);
+    int n = G.nreq;
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_geq(n, 3, "ranged GETs noted: %d", n);
+    const wire_seg_ref *g0 = seg_of(last, G.req_path[0]);
+    cr_assert_not_null(g0, "the first GET names a segment of the handles: %s", G.req_path[0]);
+    /* the first GETs: the section and the footer (two, either order), or one from the section
+     * to the object's end; each at most half a large object (or a small object whole) */
+    int footer = 0;
+    for (int i = 0; i < 2 && !(i == 1 && footer); i++) {
+        const wire_seg_ref *g = seg_of(last, G.req_path[i]);
+        cr_assert_not_null(g, "%s", G.req_path[i]);
+        unsigned long long len = G.req_b[i] - G.req_a[i] + 1;
+        int small_whole = G.req_a[i] == 0 && len == g->object_len && g->object_len <= (512u << 10);
+        cr_assert(small_whole || 2 * len <= g->object_len,
+                  "GET %d of the plan is %llu-%llu of %s (%llu bytes): more than half a large object", i, G.req_a[i],
+                  G.req_b[i], G.req_path[i], (unsigned long long)g->object_len);
+        footer |= g == g0 && (small_whole || (G.req_a[i] <= g->footer_offset && G.req_b[i] + 1 == g->object_len));
+    }
+    cr_assert(footer, "the first record's footer is among the first GETs (%llu-%llu, %llu-%llu of %s)", G.req_a[0],
+              G.req_b[0], G.req_a[1], G.req_b[1], G.req_path[0]);
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }

@@ -25,7 +25,9 @@
 #include "s3/s3_int.h"
 #include "wire/wire.h"
 
-#define OBJ_LEN 65536u
+#define OBJ_LEN (1u << 20)
+/* an object the fetch layer fetches whole (at most 512 KiB): key "small" */
+#define SMALL_LEN (256u << 10)
 
 typedef struct {
     pthread_mutex_t mu;
@@ -45,16 +47,16 @@ static uint8_t obj_byte(uint64_t i) { return (uint8_t)((i * 7 + 3) % 251); }
 static int f_exchange(void *ctx, const s3_http_request *req, s3_http_response *resp)
 {
     fake_obj *f = ctx;
-    unsigned long long a = 0, b = 0;
+    unsigned long long a = 0, b = 0, len = strstr(req->url, "/small") ? SMALL_LEN : OBJ_LEN;
     for (size_t i = 0; i < req->n_headers; i++)
         if (strncasecmp(req->headers[i], "range: bytes=", 13) == 0) sscanf(req->headers[i] + 13, "%llu-%llu", &a, &b);
     pthread_mutex_lock(&f->mu);
     int n = f->gets++;
     cr_assert_lt(n, 16);
     snprintf(f->ranges[n], sizeof f->ranges[n], "%llu-%llu", a, b);
-    for (unsigned long long i = a; i <= b && i < OBJ_LEN; i++)
+    for (unsigned long long i = a; i <= b && i < len; i++)
         answers[n][i - a] = (uint8_t)(obj_byte(i) ^ (n ? f->fill_xor : 0));
-    snprintf(f->cr[n], sizeof f->cr[n], "bytes %llu-%llu/%u", a, b, OBJ_LEN);
+    snprintf(f->cr[n], sizeof f->cr[n], "bytes %llu-%llu/%llu", a, b, len);
     resp->status = 206;
     resp->body = (const char *)answers[n];
     resp->body_len = (size_t)(b - a + 1);
@@ -156,7 +158,7 @@ Test(remote_restore_stream, a_plain_get_keeps_working_without_hand_overs)
 
 static fetch_set *fake_set(uint32_t *id)
 {
-    fetch_opts o = {.cli = fake_client(30000), .budget_bytes = 1u << 20, .max_gets = 4,
+    fetch_opts o = {.cli = fake_client(30000), .budget_bytes = 4u << 20, .max_gets = 4,
                     .merge_gap_bytes = 64u << 10};
     fetch_set *f;
     cr_assert_eq(fetch_new(&o, &f), 0);
@@ -221,5 +223,64 @@ Test(remote_restore_stream, ranges_marked_first_are_requested_before_the_rest_of
     cr_assert_str_neq(F.ranges[0], F.ranges[1]);
     pthread_mutex_unlock(&F.mu);
     fetch_release(f, id, 0, OBJ_LEN);
+    fetch_free(f);
+}
+
+Test(remote_restore_stream, two_ranges_of_a_small_object_are_one_get_of_the_whole_object)
+{
+    /* two ranges far apart (the gap beyond the merge gap) of a 256 KiB object: one GET of all
+     * of it, not two ranged GETs (a request costs a round trip; the bytes between cost less) */
+    reset(0, 0);
+    uint32_t id;
+    fetch_set *f = fake_set(&id);
+    uint32_t small;
+    cr_assert_eq(fetch_object(f, "b", "small", SMALL_LEN, 1, &small), 0);
+    cr_assert_eq(fetch_need(f, small, 1000, 4000), 0);
+    cr_assert_eq(fetch_need(f, small, SMALL_LEN - 5000, 5000), 0);
+    cr_assert_eq(fetch_commit(f, small), 0);
+    uint8_t dst[5000];
+    char msg[256];
+    cr_assert_eq(fetch_read(f, small, 1000, 4000, dst, msg, sizeof msg), 1, "%s", msg);
+    for (size_t i = 0; i < 4000; i++) cr_assert_eq(dst[i], obj_byte(1000 + i));
+    cr_assert_eq(fetch_read(f, small, SMALL_LEN - 5000, 5000, dst, msg, sizeof msg), 1, "%s", msg);
+    for (size_t i = 0; i < 5000; i++) cr_assert_eq(dst[i], obj_byte(SMALL_LEN - 5000 + i));
+    pthread_mutex_lock(&F.mu);
+    cr_assert_eq(F.gets, 1, "one GET for the small object, %d made", F.gets);
+    char whole[64];
+    snprintf(whole, sizeof whole, "0-%u", SMALL_LEN - 1);
+    cr_assert_str_eq(F.ranges[0], whole, "the whole object");
+    pthread_mutex_unlock(&F.mu);
+    fetch_release(f, small, 1000, 4000);
+    fetch_release(f, small, SMALL_LEN - 5000, 5000);
+    fetch_free(f);
+}
+
+Test(remote_restore_stream, whole_sections_less_than_256_kib_apart_are_one_get)
+{
+    /* an object whose ranges are whole sections of some writers (fetch_sections), the others'
+     * sections between them (100 KB: beyond the merge gap, more than an eighth of the need):
+     * one GET reads through them, not one per run */
+    reset(0, 0);
+    uint32_t id;
+    fetch_set *f = fake_set(&id);
+    fetch_sections(f, id);
+    for (uint32_t k = 0; k < 5; k++) cr_assert_eq(fetch_need(f, id, k * 200000u, 50000), 0);
+    cr_assert_eq(fetch_need(f, id, OBJ_LEN - 1000, 1000), 0);      /* the footer: 190 KB on */
+    cr_assert_eq(fetch_commit(f, id), 0);
+    uint8_t dst[1000];
+    char msg[256];
+    for (uint32_t k = 0; k < 5; k++) {
+        cr_assert_eq(fetch_read(f, id, k * 200000u, sizeof dst, dst, msg, sizeof msg), 1, "%s", msg);
+        for (size_t i = 0; i < sizeof dst; i++) cr_assert_eq(dst[i], obj_byte(k * 200000u + i));
+    }
+    cr_assert_eq(fetch_read(f, id, OBJ_LEN - 1000, sizeof dst, dst, msg, sizeof msg), 1, "%s", msg);
+    pthread_mutex_lock(&F.mu);
+    cr_assert_eq(F.gets, 1, "one GET through the gaps, %d made", F.gets);
+    char all[64];
+    snprintf(all, sizeof all, "0-%u", OBJ_LEN - 1);
+    cr_assert_str_eq(F.ranges[0], all);
+    pthread_mutex_unlock(&F.mu);
+    for (uint32_t k = 0; k < 5; k++) fetch_release(f, id, k * 200000u, 50000);
+    fetch_release(f, id, OBJ_LEN - 1000, 1000);
     fetch_free(f);
 }

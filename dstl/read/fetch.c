@@ -45,9 +45,12 @@
  * thread writes every byte of a restore into fresh memory, and faulting it in 4 KiB pages
  * (a fault, a zeroed page and a cgroup charge each) cost it more than the sockets' copy. */
 #define FETCH_HUGE_BYTES (2ull << 20)
-/* How long extents marked first may hold back the others while none of their bytes came:
- * longer than a small GET takes (a few ms), short beside a restore. */
+/* How long extents marked first may hold back the others before they are complete: longer
+ * than a small GET takes (a few ms), short beside a restore. */
 #define FETCH_FIRST_HOLD_MS 50u
+/* An object this small is fetched whole, in one GET, whatever ranges of it are needed or
+ * marked first: a request's round trip and overhead cost more than its unneeded bytes. */
+#define FETCH_SMALL_WHOLE_BYTES (512u << 10)
 
 enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
 
@@ -95,7 +98,7 @@ typedef struct {
     size_t next, cap_ext;
     int fetched;
     span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
-    int nfirst;
+    int nfirst, sections;           /* fetch_sections */
 } object;
 
 struct fetch_set {
@@ -318,16 +321,17 @@ static void unstick(fetch_set *f)
 }
 
 /* Whether extents marked first still get the link to themselves: one of them is queued, or
- * in flight with no byte arrived yet for less than FETCH_FIRST_HOLD_MS. A server serves a
- * burst of requests in about the order they came, so the small first GETs get their answer
- * a round trip after they were sent, not after the bodies sent with them. Under mu. */
+ * in flight, not complete, for less than FETCH_FIRST_HOLD_MS. A server (RGW) may read a GET's
+ * whole range before it sends its first byte, and serves a burst of requests in about the
+ * order they came: the small first GETs are answered a round trip after they were sent, not
+ * after the bodies of GETs sent with them. Under mu. */
 static int first_pending(const fetch_set *f, uint64_t now)
 {
     for (size_t i = 0; i < f->nobj; i++)
         for (size_t k = 0; f->objs[i].nfirst && k < f->objs[i].next; k++) {
             const extent *x = f->objs[i].ext[k];
             if (x->first && (x->state == X_QUEUED ||
-                             (x->state == X_FETCHING && atomic_load(&x->got) == 0 && now - x->started_ms < FETCH_FIRST_HOLD_MS)))
+                             (x->state == X_FETCHING && now - x->started_ms < FETCH_FIRST_HOLD_MS)))
                 return 1;
         }
     return 0;
@@ -531,7 +535,7 @@ static int cmp_gap(const void *a, const void *b, void *ctx)
 /* Merges the sorted spans m[0..n) in place: overlapping and adjacent ones, then gaps below
  * merge_gap, smallest first, while the gaps read through stay within a share of the needed
  * bytes. Returns the new count; *need gets the needed bytes. */
-static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
+static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, int sections, uint64_t *need)
 {
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
@@ -548,7 +552,8 @@ static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, uint64_t *need)
     unsigned char *join = calloc(k, 1);
     for (size_t i = 0; i + 1 < k; i++) gaps[i] = i;
     qsort_r(gaps, k - 1, sizeof *gaps, cmp_gap, m);
-    uint64_t waste = 0, allowed = *need / FETCH_GAP_SHARE_DEN;
+    uint64_t waste = 0, allowed = sections ? UINT64_MAX : *need / FETCH_GAP_SHARE_DEN;
+    if (sections) merge_gap = FETCH_SECTION_GAP_BYTES;
     for (size_t g = 0; join && g + 1 < k; g++) {
         uint64_t gap = m[gaps[g] + 1].off - m[gaps[g]].end;
         if (gap >= merge_gap || waste + gap > allowed) break;
@@ -576,16 +581,20 @@ int fetch_commit(fetch_set *f, uint32_t id)
     size_t m = 0;
     if (mg) {
         memcpy(mg, ob->pend, ob->npend * sizeof *mg);
-        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, &need);
+        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, ob->sections, &need);
     }
-    /* fetch_first: those ranges are extents of their own, fetched before any other */
+    /* fetch_first: those ranges are extents of their own, fetched before any other (a small
+     * object: the whole of it, one extent) */
+    int small = ob->len <= FETCH_SMALL_WHOLE_BYTES;
     for (int i = 0; rc == 0 && i < ob->nfirst; i++) {
-        rc = cover(f, ob, id, ob->first[i].off, ob->first[i].end);
+        uint64_t a = small ? 0 : ob->first[i].off, b = small ? ob->len : ob->first[i].end;
+        rc = cover(f, ob, id, a, b);
         for (size_t k = 0; rc == 0 && k < ob->next; k++)
-            if (ob->ext[k]->off >= ob->first[i].off && ob->ext[k]->off < ob->first[i].end) ob->ext[k]->first = 1;
+            if (ob->ext[k]->off >= a && ob->ext[k]->off < b) ob->ext[k]->first = 1;
     }
     for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
-    if (rc == 0 && m && (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM) rc = cover(f, ob, id, 0, ob->len);
+    if (rc == 0 && m && (small || (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM))
+        rc = cover(f, ob, id, 0, ob->len);
     for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);
     free(mg);
     /* each range is one use of every extent it overlaps, as fetch_release will count it */
@@ -610,6 +619,13 @@ int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
     if (ok) ob->first[ob->nfirst++] = (span){off, off + len};
     pthread_mutex_unlock(&f->mu);
     return ok ? 0 : -EINVAL;
+}
+
+void fetch_sections(fetch_set *f, uint32_t id)
+{
+    pthread_mutex_lock(&f->mu);
+    f->objs[id].sections = 1;
+    pthread_mutex_unlock(&f->mu);
 }
 
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)

@@ -10,14 +10,18 @@
  *            adjacent ranges are one; gaps below the merge gap are read through, smallest
  *            first, while they add at most 1/FETCH_GAP_SHARE_DEN of the needed bytes; and when
  *            most of the object (FETCH_WHOLE_NUM / FETCH_WHOLE_DEN) is needed the whole object
- *            is one extent. Each pending range adds
+ *            is one extent; an object of at most 512 KiB is always one extent, whole (one GET:
+ *            its round trip costs more than its unneeded bytes). Each pending range adds
  *            a use to every extent it overlaps; fetch_release of the same range drops it.
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an object's prio, then offset), at most max_gets at once, and only while the
  *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
  *            fetch_first marks a range of an object (at most two per object) to be an extent of
  *            its own, fetched before every other extent (the restore plan's first objects: their
- *            footers, and the first section a reader needs, arrive before the rest).
+ *            footers, and the first section a reader needs, arrive before the rest); the
+ *            other extents start once those are complete, or 50 ms (FETCH_FIRST_HOLD_MS) after they
+ *            started (a server may read a GET's whole range before its first byte). A small
+ *            object's marks make the whole object that extent.
  *   holding  an extent's bytes stay in memory while it has uses; the last release frees them
  *            (a failed GET's too: what it had handed over stays valid for those holding uses).
  *   reading  fetch_read copies a range out of the extents, waiting while they are queued or
@@ -49,6 +53,12 @@
  * bytes: the smallest gaps first. A reader of a few key groups of small sections (many gaps
  * below the merge gap) then fetches at most an eighth more than it needs, in fewer requests. */
 #define FETCH_GAP_SHARE_DEN 8u
+
+/* Gaps between whole sections read through (fetch_sections): a GET's round trip and per-request
+ * cost at the server (1-8 ms on a loaded RGW) fetch about this much on a connection. An object
+ * written while its writers' checkpoints were spread over it holds needed and unneeded
+ * sections interleaved; one GET per needed run made 2 GETs per object at 1,024 writers. */
+#define FETCH_SECTION_GAP_BYTES (256u << 10)
 
 typedef struct fetch_set fetch_set;
 
@@ -90,6 +100,11 @@ int fetch_commit(fetch_set *f, uint32_t id);
  * Before fetch_commit; at most two per object. 0, or -EINVAL (outside the object, empty, a
  * third range). */
 int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
+/* Object id's ranges are whole sections (and its footer) of readers of all their key groups:
+ * its gaps are other writers' sections, and any below FETCH_SECTION_GAP_BYTES is read through,
+ * whatever its share (not only below the merge gap, within 1/FETCH_GAP_SHARE_DEN). Before
+ * fetch_commit. */
+void fetch_sections(fetch_set *f, uint32_t id);
 /* Drops one use of every extent [off, off + len) overlaps (the range of an earlier fetch_need). */
 void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 

@@ -127,7 +127,8 @@ typedef struct {
 
 struct dstl_reader {
     dstl_storage *s;
-    wire_handle *wh;
+    const wire_handle *wh;          /* own_wh, or a plan's copy (valid until the reader closes) */
+    wire_handle *own_wh;
     dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
     size_t pe, ph;
     uint64_t own_requests, own_bytes, plan_declined;   /* for the plan's counters */
@@ -649,13 +650,15 @@ static int wait_job(dstl_reader *r, job *j)
 
 /* ---- API ---- */
 
-/* A reader of a copy of wh over [kg_first, kg_last]. */
-static int reader_new(dstl_storage *s, const wire_handle *wh, uint32_t kg_first, uint32_t kg_last,
+/* A reader of wh over [kg_first, kg_last]: of a copy of it, or of wh itself when borrow (a
+ * plan's copy, which outlives its readers). */
+static int reader_new(dstl_storage *s, const wire_handle *wh, int borrow, uint32_t kg_first, uint32_t kg_last,
                       dstl_reader **out)
 {
     dstl_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->wh = wire_handle_dup(wh)) || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
-        if (r) wire_handle_free(r->wh);
+    if (r) r->wh = borrow ? wh : (r->own_wh = wire_handle_dup(wh));
+    if (!r || !r->wh || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
+        if (r) wire_handle_free(r->own_wh);
         free(r);
         return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
     }
@@ -675,7 +678,7 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
     if (key_group_first > key_group_last)
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
-    return reader_new(s, h->wh, key_group_first, key_group_last, out);
+    return reader_new(s, h->wh, 0, key_group_first, key_group_last, out);
 }
 
 int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out)
@@ -685,7 +688,7 @@ int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_
     uint32_t first, last;
     int rc = restore_claim(p, entry, handle, &wh, &first, &last);
     if (rc < 0) return rc;
-    if ((rc = reader_new(restore_storage(p), wh, first, last, out)) < 0) {
+    if ((rc = reader_new(restore_storage(p), wh, 1, first, last, out)) < 0) {
         restore_reader_closed(p, entry, handle, 0, 0, 0);
         return rc;
     }
@@ -756,10 +759,11 @@ void dstl_reader_close(dstl_reader *r)
         }
     }
     for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
+    for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
+    /* the last use of r->wh: a plan's copy may go once the plan knows this reader closed */
     if (r->plan) restore_reader_closed(r->plan, r->pe, r->ph, r->own_requests, r->own_bytes, r->plan_declined);
     cache_client_give(r->s, r->cli);
-    for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
-    wire_handle_free(r->wh);
+    wire_handle_free(r->own_wh);
     keyring_unref(r->keys);
     free(r->src);
     free(r);

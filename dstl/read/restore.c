@@ -92,6 +92,8 @@ struct dstl_restore {
     uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
     int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
     uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
+    size_t early_extra;         /* the GETs its first extents add */
+    size_t extra_budget;        /* extra_gets */
 };
 
 static uint64_t str_hash(const char *s)
@@ -268,13 +270,20 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
 #define RESTORE_FOOTER_FIRST_MIN_BYTES (1u << 20)
 
 /* The first record, as soon as a round trip and a section's transfer allow: before anything
- * else is planned, the first piece of the first entry that reads its section whole (in an
- * object of at least RESTORE_FOOTER_FIRST_MIN_BYTES) gets two extents of their own, fetched
- * first (fetch_first): its segment's footer, and the object from that section's start to the
- * footer (the section streams in first); the bytes before the section follow. Two GETs more
- * than the object alone: only when the plan's share of extra GETs (one in
- * RESTORE_FOOTER_FIRST_SHARE objects) has room for them. */
-#define RESTORE_EARLY_EXTRA_GETS 2u
+ * else is planned, one piece gets extents of its own, fetched before all others (fetch_first;
+ * the others start once these are complete): its segment's footer and its section, widened
+ * to the object's start or the footer when within RESTORE_FIRST_EDGE_BYTES of them (no GET
+ * of a sliver; a section next to the footer is one GET with it); or one GET from the section
+ * to the object's end, when the budget allows one extra GET only; or, in a small object
+ * (fetch.c fetches those whole), the object. A server may read a GET's whole range before it
+ * sends a byte, so a first GET of a section to the footer of a large object held the record
+ * back for all of it. The piece is the first of some handle of the first
+ * RESTORE_FIRST_ENTRIES entries (the readers that open first) whose section the entry reads
+ * whole and whose first GETs carry the fewest bytes; the GETs this adds beyond the object's
+ * one (0-3) stay within the plan's extra GETs (extra_gets). */
+#define RESTORE_FIRST_ENTRIES 64u
+#define RESTORE_FIRST_EDGE_BYTES (64u << 10)
+#define RESTORE_SMALL_OBJECT_BYTES (512u << 10)
 
 static size_t fetched_objects(const dstl_restore *p)
 {
@@ -283,42 +292,138 @@ static size_t fetched_objects(const dstl_restore *p)
     return n;
 }
 
+/* The GETs the plan may add beyond one per object, to fetch footers and the first record
+ * first: one in RESTORE_FOOTER_FIRST_SHARE objects, less the GETs beyond one that objects
+ * needed only in part take (fetch.c: an object needed at FETCH_WHOLE_NUM / FETCH_WHOLE_DEN is
+ * one GET, else one per run of needed sections FETCH_SECTION_GAP_BYTES or more apart). Objects
+ * whose needs are all whole sections are told so (fetch_sections). */
+typedef struct {
+    int64_t o;
+    uint64_t off, end;
+} obj_span;
+
+static int cmp_obj_span(const void *a, const void *b)
+{
+    const obj_span *x = a, *y = b;
+    if (x->o != y->o) return x->o < y->o ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static size_t extra_gets(dstl_restore *p)
+{
+    size_t n = 0, budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE, more = 0;
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) n += p->e[i].h[k].wh->npieces + 1;
+    obj_span *v = malloc((n + p->nobj + 1) * sizeof *v);
+    unsigned char *cut = calloc(p->nobj + 1, 1);
+    n = 0;
+    for (size_t i = 0; v && cut && i < p->n; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++) {
+            const plan_handle *ph = &p->e[i].h[k];
+            for (size_t q = 0; q < ph->wh->npieces; q++) {
+                const wire_piece *pc = &ph->wh->pieces[q];
+                int64_t o = ph->seg_obj[pc->seg];
+                int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
+                if (o >= 0 && !whole) cut[o] = 1;
+                else if (o >= 0 && pc->stored_len) v[n++] = (obj_span){o, pc->offset, pc->offset + pc->stored_len};
+            }
+        }
+    for (size_t o = 0; v && cut && o < p->nobj; o++)
+        if (!p->objs[o].local) v[n++] = (obj_span){(int64_t)o, p->objs[o].g->footer_offset, p->objs[o].g->object_len};
+    if (v && cut) qsort(v, n, sizeof *v, cmp_obj_span);
+    for (size_t i = 0; v && cut && i < n;) {       /* one object's spans: v[i..j) */
+        size_t j = i, gaps = 0;
+        uint64_t need = 0, end = v[i].off;
+        for (; j < n && v[j].o == v[i].o; j++) {
+            if (v[j].off > end && j > i) gaps += v[j].off - end >= FETCH_SECTION_GAP_BYTES;
+            need += v[j].end > (v[j].off > end ? v[j].off : end) ? v[j].end - (v[j].off > end ? v[j].off : end) : 0;
+            if (v[j].end > end) end = v[j].end;
+        }
+        const wire_seg_ref *g = p->objs[v[i].o].g;
+        if (!cut[v[i].o]) {
+            fetch_sections(p->fs, p->objs[v[i].o].fid);
+            more += need * FETCH_WHOLE_DEN >= g->object_len * FETCH_WHOLE_NUM ? 0 : gaps;
+        }
+        i = j;
+    }
+    if (!v || !cut) more = budget;
+    free(v);
+    free(cut);
+    return budget > more ? budget - more : 0;
+}
+
+typedef struct {
+    int64_t o;
+    const wire_handle *wh;
+    const wire_seg_ref *g;
+    const wire_piece *pc;
+    uint64_t a, b;              /* the section's extent (widened) */
+    size_t extra;               /* GETs beyond the object's one */
+    uint64_t bytes;             /* in the first GETs */
+} first_pick;
+
+/* Whether the first piece of handle k of entry i can be the plan's first, its extra GETs
+ * within budget: *c says how, the fewer bytes of two shapes — the section (widened) and the
+ * footer, or one GET from the section to the object's end (one extra GET at most). */
+static int first_candidate(const dstl_restore *p, size_t i, size_t k, size_t budget, first_pick *c)
+{
+    const plan_handle *ph = &p->e[i].h[k];
+    if (!ph->wh->npieces) return 0;
+    const wire_piece *pc = &ph->wh->pieces[0];
+    int64_t o = ph->seg_obj[pc->seg];
+    const wire_seg_ref *g = &ph->wh->segs[pc->seg];
+    int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
+    if (o < 0 || !whole || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset) return 0;
+    *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len};
+    if (g->object_len <= RESTORE_SMALL_OBJECT_BYTES) return 1;
+    uint64_t a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset, end = pc->offset + pc->stored_len;
+    uint64_t b = g->footer_offset - end < RESTORE_FIRST_EDGE_BYTES ? g->footer_offset : end;
+    first_pick tail = *c;                   /* [a, the end): the section and the footer in one GET */
+    tail.a = a;
+    tail.extra = a > 0;
+    tail.bytes = g->object_len - a;
+    if (b < g->footer_offset) {             /* [a, b) and the footer; the rest around them */
+        c->a = a;
+        c->b = b;
+        c->extra = (a > 0) + 2;
+        c->bytes = b - a + g->object_len - g->footer_offset;
+    }
+    if (b == g->footer_offset || c->extra > budget || tail.bytes < c->bytes) *c = tail;
+    return c->extra <= budget;
+}
+
 static int plan_first_record(dstl_restore *p)
 {
     p->early_obj = -1;
-    if (fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE < RESTORE_EARLY_EXTRA_GETS) return 0;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) {
-            const plan_handle *ph = &p->e[i].h[k];
-            if (!ph->wh->npieces) continue;
-            const wire_piece *pc = &ph->wh->pieces[0];
-            int64_t o = ph->seg_obj[pc->seg];
-            const wire_seg_ref *g = &ph->wh->segs[pc->seg];
-            int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
-            if (o < 0 || !whole || g->object_len < RESTORE_FOOTER_FIRST_MIN_BYTES || !pc->stored_len) continue;
-            plan_obj *po = &p->objs[o];
-            p->early_obj = o;
-            po->early = po->footer_first = 1;
-            p->early_off[0] = g->footer_offset;
-            p->early_len[0] = g->object_len - g->footer_offset;
-            p->early_off[1] = pc->offset;
-            p->early_len[1] = pc->stored_len;
-            int rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
-            if (rc == 0 && pc->offset < g->footer_offset)
-                rc = fetch_first(p->fs, po->fid, pc->offset, g->footer_offset - pc->offset);
-            for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
-            if (rc == 0) rc = fetch_commit(p->fs, po->fid);
-            return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
-                                            ph->wh->writer_id, po->uri) : rc;
-        }
-    return 0;
+    size_t budget = p->extra_budget = extra_gets(p);
+    first_pick best = {.o = -1}, c;
+    for (size_t i = 0; i < p->n && i < RESTORE_FIRST_ENTRIES; i++)
+        for (size_t k = 0; k < p->e[i].nh; k++)
+            if (first_candidate(p, i, k, budget, &c) && (best.o < 0 || c.bytes < best.bytes)) best = c;
+    if (best.o < 0) return 0;
+    const wire_seg_ref *g = best.g;
+    plan_obj *po = &p->objs[best.o];
+    p->early_obj = best.o;
+    p->early_extra = best.extra;
+    po->early = po->footer_first = 1;
+    p->early_off[0] = g->footer_offset;
+    p->early_len[0] = g->object_len - g->footer_offset;
+    p->early_off[1] = best.pc->offset;
+    p->early_len[1] = best.pc->stored_len;
+    int rc = fetch_first(p->fs, po->fid, best.a, best.b - best.a);
+    if (rc == 0 && best.b < g->object_len)
+        rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
+    for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
+    if (rc == 0) rc = fetch_commit(p->fs, po->fid);
+    return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
+                                    best.wh->writer_id, po->uri) : rc;
 }
 
 static void mark_footers_first(dstl_restore *p)
 {
-    size_t fetched = fetched_objects(p), marked = p->early_obj >= 0 ? RESTORE_EARLY_EXTRA_GETS : 0;
-    for (size_t i = 0; i < p->n && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; i++)
-        for (size_t k = 0; k < p->e[i].nh && marked < fetched / RESTORE_FOOTER_FIRST_SHARE; k++) {
+    size_t budget = p->extra_budget, marked = p->early_obj >= 0 ? p->early_extra : 0;
+    for (size_t i = 0; i < p->n && marked < budget; i++)
+        for (size_t k = 0; k < p->e[i].nh && marked < budget; k++) {
             const plan_handle *ph = &p->e[i].h[k];
             int64_t o = ph->wh->npieces ? ph->need[0].obj : -1;
             if (o < 0 || p->objs[o].need_index || p->objs[o].footer_first ||
@@ -403,7 +508,7 @@ static void plan_free(dstl_restore *p)
     fetch_free(p->fs);
     for (size_t i = 0; p->e && i < p->n; i++) {
         for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) {
-            wire_handle_free(p->e[i].h[k].wh);
+            free(p->e[i].h[k].wh);          /* handle_pack: one allocation */
             free(p->e[i].h[k].seg_obj);
             free(p->e[i].h[k].need);
         }
@@ -422,6 +527,39 @@ static void plan_free(dstl_restore *p)
     free(p);
 }
 
+/* A copy of h in one allocation (free() frees it): the handle, its segment references and
+ * pieces, then its strings. A job's 1,024 handles name tens of thousands of segments; a
+ * strdup each (wire_handle_dup) made planning take 5-15 ms before the first GET. */
+static wire_handle *handle_pack(const wire_handle *h)
+{
+    const char *top[3] = {h->storage_id ? h->storage_id : "", h->writer_id ? h->writer_id : "",
+                          h->remote_uri ? h->remote_uri : ""};
+    size_t str = 0, fixed = sizeof *h + h->nsegs * sizeof *h->segs + h->npieces * sizeof *h->pieces;
+    for (int i = 0; i < 3; i++) str += strlen(top[i]) + 1;
+    for (size_t i = 0; i < h->nsegs; i++) str += strlen(h->segs[i].name) + 1;
+    uint8_t *m = malloc(fixed + str);
+    if (!m) return NULL;
+    wire_handle *d = (wire_handle *)m;
+    *d = *h;
+    d->segs = (wire_seg_ref *)(m + sizeof *h);
+    d->pieces = (wire_piece *)(m + sizeof *h + h->nsegs * sizeof *h->segs);
+    if (h->nsegs) memcpy(d->segs, h->segs, h->nsegs * sizeof *h->segs);
+    if (h->npieces) memcpy(d->pieces, h->pieces, h->npieces * sizeof *h->pieces);
+    char *at = (char *)m + fixed;
+    char **dst[3] = {&d->storage_id, &d->writer_id, &d->remote_uri};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(top[i]) + 1;
+        *dst[i] = memcpy(at, top[i], n);
+        at += n;
+    }
+    for (size_t i = 0; i < h->nsegs; i++) {
+        size_t n = strlen(h->segs[i].name) + 1;
+        d->segs[i].name = memcpy(at, h->segs[i].name, n);
+        at += n;
+    }
+    return d;
+}
+
 /* Copies the entries' handles. */
 static int copy_entries(dstl_restore *p, const dstl_restore_entry *entries)
 {
@@ -435,7 +573,7 @@ static int copy_entries(dstl_restore *p, const dstl_restore_entry *entries)
         for (size_t k = 0; k < en->nhandles; k++) {
             if (!en->handles[k]) return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: handle %zu is NULL", i, k);
             plan_handle *ph = &p->e[i].h[k];
-            if (!(ph->wh = wire_handle_dup(en->handles[k]->wh)) ||
+            if (!(ph->wh = handle_pack(en->handles[k]->wh)) ||
                 !(ph->seg_obj = calloc(ph->wh->nsegs + 1, sizeof *ph->seg_obj)) ||
                 !(ph->need = calloc(ph->wh->npieces + 1, sizeof *ph->need)))
                 return -ENOMEM;
