@@ -52,7 +52,7 @@ static const char *need(const char *k)
     return v;
 }
 
-static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix,
+static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix, int snapshots,
                                   const char *in_flight, const char *timeout)
 {
     dstl_config *c;
@@ -69,7 +69,7 @@ static dstl_storage *open_storage(const char *dir, const char *bucket, const cha
         dstl_config_set(c, "dstl.s3.path-style", "true") < 0 ||
         (in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
         (timeout && dstl_config_set(c, "dstl.upload.timeout", timeout) < 0) ||
-        dstl_storage_open(c, &s) < 0) {
+        (snapshots && bk_snapshot_config(c) < 0) || dstl_storage_open(c, &s) < 0) {
         fprintf(stderr, "bench_ckpt: storage %s: %s\n", dir, dstl_last_error());
         exit(1);
     }
@@ -106,11 +106,11 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     snprintf(p1, sizeof p1, "ckpt-%s/changelog", mode);
     snprintf(p2, sizeof p2, "ckpt-%s/snapshots", mode);
     /* the snapshot storage: its own dir, prefix and in-flight bound (backend/backend.h), and
-     * a bulk upload timeout: its batches are 10 MB and hundreds of them queue at once (a full
-     * snapshot); the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
+     * bk_snapshot_config's 64 MB hand-offs and batches (a task's snapshot is one segment), and
+     * a bulk upload timeout: a full snapshot queues 50 of them at once; the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
      * latency-bound checkpoint segments, not those */
-    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, NULL, NULL) : NULL;
-    dstl_storage *sn = open_storage(d2, bucket, p2, "256mb", "30s");
+    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, 0, NULL, NULL) : NULL;
+    dstl_storage *sn = open_storage(d2, bucket, p2, 1, "256mb", "30s");
     bk_env *env;
     job *j;
     job_result r;
@@ -169,8 +169,8 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     char why[512], rd1[1024], rd2[1024];
     snprintf(rd1, sizeof rd1, "%s/%s-restore-changelog", dir, mode);
     snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
-    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, NULL, NULL) : NULL;
-    dstl_storage *rsn = open_storage(rd2, bucket, p2, NULL, "30s");
+    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
+    dstl_storage *rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
     double rs = 0;
     int ck = rc < 0 ? rc : job_check(j, rsn, rcl, P, &rs, why, sizeof why);
     printf("restore.%s_s %.2f s\n", mode, rs);
