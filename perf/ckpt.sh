@@ -23,6 +23,14 @@ emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
 echo "# checkpoints of the reference state backend (FLIP-158's benchmark shape), changelog then full"
 "$B/perf/bench_ckpt" "$W/d" "$BUCKET" "$OUT" | emit || echo "perf/ckpt.sh: bench_ckpt failed (see above)" >&2
+# the issue's sizing: a full snapshot takes >= 5 s (the full mode's p50), >= 300 checkpoints a mode
+python3 - "$(val ckpt.state_mb)" "$(val ckpt.full.p50_ms)" "$(val ckpt.changelog.checkpoints)" "$(val ckpt.full.checkpoints)" <<'PY' | emit
+import sys
+mb, p50, ncl, nfull = (float(x) if x else float("nan") for x in sys.argv[1:])
+ok = p50 >= 5000 and ncl >= 300 and nfull >= 300
+print(f"ckpt.sizing {'ok' if ok else 'SHORT'} (state {mb:.0f} MB, full p50 {p50:.0f} ms >= 5000, "
+      f"checkpoints {ncl:.0f} changelog / {nfull:.0f} full >= 300)")
+PY
 seg=$(val ckpt.changelog.segment_bytes); seg=${seg%.*}
 if [ -n "$seg" ] && [ "$seg" -gt 0 ]; then
   "$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 100 > "$W/put.txt"
