@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "backend/job_int.h"
 
@@ -160,6 +162,26 @@ static int restore(job *j, dstl_storage *snap, dstl_storage *cl, bk_task **nt, u
     return rc;
 }
 
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* CPU seconds all cores spent not idle since boot (Linux /proc/stat); 0 when unreadable. */
+static double machine_busy_s(void)
+{
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+                       &v[5], &v[6], &v[7]) : 0;
+    if (f) fclose(f);
+    long hz = sysconf(_SC_CLK_TCK);
+    return n == 8 && hz > 0 ? (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)hz : 0;
+}
+
 /* Every live entry of the old tasks in new task t's key groups is in t with the same bytes,
  * and t holds no other: -EILSEQ with the first difference otherwise. */
 static int compare(job *j, const bk_task *t, uint32_t ti, char *why, size_t why_len)
@@ -205,10 +227,12 @@ int job_check(job *j, dstl_storage *snap_storage, dstl_storage *changelog_storag
     for (uint32_t i = 0; rc == 0 && i < np; i++)
         rc = bk_task_open(NULL, j->o.name, j->o.max_parallelism, np, i, BK_DETACHED, NULL, &nt[i]);
     if (rc == 0 && j->o.mode == BK_CHANGELOG && !changelog_storage) rc = -EINVAL;
-    double t0 = job_now_s(), t1 = t0;
+    double t0 = job_now_s(), t1 = t0, cpu0 = self_cpu_s(), busy0 = machine_busy_s();
     if (rc == 0)
         rc = restore(j, snap_storage, j->o.mode == BK_CHANGELOG ? changelog_storage : NULL, nt, np, &t1, why, why_len);
     double t2 = job_now_s();
+    j->restore_cpu_s[0] = self_cpu_s() - cpu0;
+    j->restore_cpu_s[1] = machine_busy_s() - busy0;
     if (t1 < t0) t1 = t0;
     j->restore_pass_s[0] = t1 - t0;
     j->restore_pass_s[1] = t2 - t1;

@@ -76,6 +76,10 @@ int job_check(job *j, dstl_storage *snap_storage, dstl_storage *changelog_storag
  * replayed, and from then until the last changelog was. */
 void job_restore_passes(const job *j, double *snapshots_s, double *changelogs_s);
 
+/* The last job_check's restore: CPU seconds of this process, and of the whole machine (every
+ * core's non-idle time, /proc/stat; 0 when unreadable), over the restore (not the comparison). */
+void job_restore_cpu(const job *j, double *process_s, double *machine_s);
+
 /* The final checkpoint's parts (for the demo's figures). */
 size_t job_parts(job *j, bk_part *const **parts);
 

@@ -107,7 +107,8 @@ typedef struct {
     const char *bucket;
     double interval_s;
     atomic_int stop;
-    double *ms;                        /* each PUT's latency */
+    double *ms, *at;                   /* each PUT's latency, and when it ended (since t0) */
+    double t0;                         /* taken just before job_run: the job's time base */
     size_t n, cap;
     uint64_t bytes, errors;
     s3_client *cli;
@@ -144,9 +145,10 @@ static void *peer_main(void *arg)
         }
         if (pp->n == pp->cap) {
             size_t nc = pp->cap ? pp->cap * 2 : 512;
-            double *m = realloc(pp->ms, nc * sizeof *m);
-            if (!m) break;
-            pp->ms = m;
+            double *m = realloc(pp->ms, nc * sizeof *m), *a = m ? realloc(pp->at, nc * sizeof *a) : NULL;
+            if (m) pp->ms = m;
+            if (!a) break;
+            pp->at = a;
             pp->cap = nc;
         }
         char key[128];
@@ -157,6 +159,7 @@ static void *peer_main(void *arg)
             pp->errors++;
             continue;
         }
+        pp->at[pp->n] = mono_s() - pp->t0;
         pp->ms[pp->n++] = (mono_s() - t0) * 1e3;
         pp->bytes += size;
         s3_delete_object_sync(pp->cli, pp->bucket, key, &r);
@@ -175,6 +178,7 @@ static int peer_start(put_peer *pp, pthread_t *th, dstl_storage *cl, const char 
     pp->cl = cl;
     pp->bucket = bucket;
     if (rc == 0 && dstl_storage_stats(cl, &pp->base) < 0) rc = -1;
+    pp->t0 = mono_s();
     if (rc == 0 && pthread_create(th, NULL, peer_main, pp)) rc = -1;
     if (rc < 0) {
         fprintf(stderr, "bench_ckpt: PUT peer not started: %s\n", dstl_last_error());
@@ -184,10 +188,17 @@ static int peer_start(put_peer *pp, pthread_t *th, dstl_storage *cl, const char 
     return rc;
 }
 
-static void peer_stop(put_peer *pp, pthread_t th)
+/* Stops the peer, prints its lines and writes OUT_DIR/ckpt-peer.dat (end time, ms) on the
+ * time base of ckpt-changelog.dat. */
+static void peer_stop(put_peer *pp, pthread_t th, const char *out)
 {
     atomic_store(&pp->stop, 1);
     pthread_join(th, NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ckpt-peer.dat", out);
+    FILE *f = fopen(path, "w");
+    for (size_t i = 0; f && i < pp->n; i++) fprintf(f, "%.3f %.3f\n", pp->at[i], pp->ms[i]);
+    if (f) fclose(f);
     printf("ckpt.changelog.peer_puts %zu count\n", pp->n);
     printf("ckpt.changelog.peer_put_errors %" PRIu64 " count\n", pp->errors);
     printf("ckpt.changelog.peer_put_bytes %.0f bytes\n", pp->n ? (double)pp->bytes / (double)pp->n : 0.0);
@@ -195,6 +206,7 @@ static void peer_stop(put_peer *pp, pthread_t th)
     printf("ckpt.changelog.peer_put_p99_ms %.1f ms\n", job_quantile(pp->ms, pp->n, 0.99));
     s3_client_free(pp->cli);
     free(pp->ms);
+    free(pp->at);
 }
 
 typedef struct {
@@ -216,9 +228,15 @@ static int restore_and_check(job *j, const char *mode, const char *dir, const ch
     snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
     dstl_storage *rcl = changelog ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
     dstl_storage *rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
-    double rs = 0;
+    double rs = 0, cpu, busy;
     int ck = job_check(j, rsn, rcl, P, &rs, why, sizeof why);
     printf("restore.%s_s %.2f s\n", mode, rs);
+    /* what bounds it: this process's CPU, and the whole machine's (RGW and OSD run here too,
+     * and whatever else the machine runs), in cores over the restore */
+    job_restore_cpu(j, &cpu, &busy);
+    printf("restore.%s.process_cores %.2f cores\n", mode, rs > 0 ? cpu / rs : 0.0);
+    printf("restore.%s.machine_busy_cores %.2f cores (of %ld)\n", mode, rs > 0 ? busy / rs : 0.0,
+           sysconf(_SC_NPROCESSORS_ONLN));
     double ps, pc;
     job_restore_passes(j, &ps, &pc);
     /* what the restore fetched, per storage (the restore storages are fresh: all of it is
@@ -293,7 +311,7 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     int peer = cl && getenv("DSTL_CKPT_PEER") && !strcmp(getenv("DSTL_CKPT_PEER"), "0") ? -1
              : cl ? peer_start(&pp, &pth, cl, d1, bucket) : -1;
     int rc = job_run(j, &r);
-    if (peer == 0) peer_stop(&pp, pth);
+    if (peer == 0) peer_stop(&pp, pth, out);
     if (cl) stats(cl, &c1);
     stats(sn, &s1);
     if (rc < 0) fprintf(stderr, "bench_ckpt: %s: run failed: %s\n", mode, dstl_strerror(rc));
