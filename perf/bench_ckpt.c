@@ -21,6 +21,7 @@
  *   DSTL_CKPT_FULL_CHECKPOINTS (the full mode's count, when it must differ; default the same:
  *   each of its checkpoints writes the whole state, 300 x 500 MB in all, which the RGW of
  *   tests/s3/rgw-up.sh frees within seconds of each subsumed checkpoint's deletes).
+ *   DSTL_CKPT_RESTORES 1 (more: that many timed restores a mode, restore.MODE.againK_s),
  *   DSTL_CKPT_PEER 1 (0: no PUT peer during the changelog mode; see put_peer below).
  * Prints `name value unit` lines; writes OUT_DIR/ckpt-MODE.dat (completion time, duration).
  */
@@ -268,6 +269,20 @@ static int restore_and_check(job *j, const char *mode, const char *dir, const ch
     }
     dstl_storage_close(rcl);
     dstl_storage_close(rsn);
+    /* DSTL_CKPT_RESTORES=N: N-1 more timed restores, each onto fresh storages (the spread of
+     * restore.MODE_s on this shared machine; restore.MODE_s stays the first) */
+    for (int k = 1; ck == 0 && k < (int)envf("DSTL_CKPT_RESTORES", 1); k++) {
+        snprintf(rd1, sizeof rd1, "%s/%s-restore%d-changelog", dir, mode, k);
+        snprintf(rd2, sizeof rd2, "%s/%s-restore%d-snapshots", dir, mode, k);
+        rcl = changelog ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
+        rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
+        ck = job_check(j, rsn, rcl, P, &rs, why, sizeof why);
+        job_restore_cpu(j, &cpu, &busy);
+        printf("restore.%s.again%d_s %.2f s (process %.2f cores, machine %.2f)\n", mode, k, rs,
+               rs > 0 ? cpu / rs : 0.0, rs > 0 ? busy / rs : 0.0);
+        dstl_storage_close(rcl);
+        dstl_storage_close(rsn);
+    }
     return ck;
 }
 
