@@ -219,6 +219,20 @@ static void stats(dstl_storage *s, dstl_stats *st)
     if (dstl_storage_stats(s, st) < 0) memset(st, 0, sizeof *st);
 }
 
+/* The (i mod n)th of the n blank-separated words of list into w ("" when none). */
+static void nth_word(const char *list, int i, char *w, size_t cap)
+{
+    int n = 0, len;
+    char tmp[64];
+    for (int off = 0; list && sscanf(list + off, " %63s%n", tmp, &len) == 1; off += len) n++;
+    w[0] = 0;
+    for (int k = 0, off = 0; n && list && sscanf(list + off, " %63s%n", tmp, &len) == 1; k++, off += len)
+        if (k == i % n) {
+            snprintf(w, cap, "%s", tmp);
+            return;
+        }
+}
+
 /* The mode's final checkpoint restored from S3 alone (storages with fresh, empty local dirs)
  * onto P tasks, timed and checked key by key; the changelog mode's also onto 3P/4. */
 static int restore_and_check(job *j, const char *mode, const char *dir, const char *bucket, const char *p1,
@@ -270,19 +284,29 @@ static int restore_and_check(job *j, const char *mode, const char *dir, const ch
     dstl_storage_close(rcl);
     dstl_storage_close(rsn);
     /* DSTL_CKPT_RESTORES=N: N-1 more timed restores, each onto fresh storages (the spread of
-     * restore.MODE_s on this shared machine; restore.MODE_s stays the first) */
+     * restore.MODE_s on this shared machine; restore.MODE_s stays the first),
+     * and DSTL_CKPT_RESTORE_CONNECTIONS="a b ..." gives the again restores' storages
+     * dstl.recovery.connections a, b, ... in turn (through DSTL_RECOVERY_CONNECTIONS) */
+    const char *conns = getenv("DSTL_CKPT_RESTORE_CONNECTIONS");
+    char *saved = getenv("DSTL_RECOVERY_CONNECTIONS") ? strdup(getenv("DSTL_RECOVERY_CONNECTIONS")) : NULL;
     for (int k = 1; ck == 0 && k < (int)envf("DSTL_CKPT_RESTORES", 1); k++) {
+        char c[64] = "";
+        nth_word(conns, k - 1, c, sizeof c);
+        if (c[0]) setenv("DSTL_RECOVERY_CONNECTIONS", c, 1);
         snprintf(rd1, sizeof rd1, "%s/%s-restore%d-changelog", dir, mode, k);
         snprintf(rd2, sizeof rd2, "%s/%s-restore%d-snapshots", dir, mode, k);
         rcl = changelog ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
         rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
+        if (saved) setenv("DSTL_RECOVERY_CONNECTIONS", saved, 1);
+        else unsetenv("DSTL_RECOVERY_CONNECTIONS");
         ck = job_check(j, rsn, rcl, P, &rs, why, sizeof why);
         job_restore_cpu(j, &cpu, &busy);
-        printf("restore.%s.again%d_s %.2f s (process %.2f cores, machine %.2f)\n", mode, k, rs,
-               rs > 0 ? cpu / rs : 0.0, rs > 0 ? busy / rs : 0.0);
+        printf("restore.%s.again%d_s %.2f s (connections %s, process %.2f cores, machine %.2f)\n", mode, k, rs,
+               c[0] ? c : "default", rs > 0 ? cpu / rs : 0.0, rs > 0 ? busy / rs : 0.0);
         dstl_storage_close(rcl);
         dstl_storage_close(rsn);
     }
+    free(saved);
     return ck;
 }
 
