@@ -63,7 +63,7 @@ set xlabel 'time into the mode (s)'
 set ylabel 'checkpoint duration (ms)'
 set logscale y
 set grid
-set key top left
+set key bottom right
 plot '$OUT/ckpt-changelog.dat' using 1:2 with points pt 7 ps 0.4 lc rgb '#1f77b4' title 'changelog (DSTL + materialization)'$full
 GP
 fi
