@@ -160,6 +160,12 @@ static void *materializer(void *arg)
     return NULL;
 }
 
+int bk_snapshot_config(dstl_config *c)
+{
+    int rc = dstl_config_set(c, "dstl.preemptive-persist-threshold", BK_SNAPSHOT_BATCH);
+    return rc < 0 ? rc : dstl_config_set(c, "dstl.batch.persist-size-threshold", BK_SNAPSHOT_BATCH);
+}
+
 int bk_env_open(dstl_storage *changelog, dstl_storage *snapshots, bk_env **out)
 {
     if (!snapshots || !out) return -EINVAL;

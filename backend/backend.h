@@ -65,6 +65,15 @@ int bk_env_open(dstl_storage *changelog, dstl_storage *snapshots, bk_env **out);
 /* Stops the materializer (after the snapshots handed to it). Tasks must be closed first. */
 void bk_env_close(bk_env *e);
 
+/* Sets, on the config the snapshot storage will be opened with, what suits snapshots: a
+ * dstl.preemptive-persist-threshold and dstl.batch.persist-size-threshold of BK_SNAPSHOT_BATCH
+ * (64 MB), so a task's snapshot (appended whole, then persisted) goes up as one segment, one
+ * object, instead of one per 5 MB hand-off and 10 MB batch (the defaults, sized for latency-
+ * bound changelog persists). A restore then reads each snapshot with one GET. The storage's
+ * dstl.upload.max-in-flight must hold a batch (>= 64 MB). 0 or dstl_config_set's error. */
+#define BK_SNAPSHOT_BATCH "64mb"
+int bk_snapshot_config(dstl_config *c);
+
 /* Task `index` of `parallelism` under max_parallelism key groups; writers are named
  * "<job>-t<index>" (changelog) and "<job>-t<index>-snap" on the env's storages. env may be
  * NULL for BK_DETACHED. 0, -EINVAL, -ENOMEM, or dstl_writer_open's error. */

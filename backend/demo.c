@@ -27,7 +27,8 @@ typedef struct {
     uint32_t tasks;
 } demo_args;
 
-static int open_storage(const demo_args *a, const char *sub, const char *in_flight, dstl_storage **out)
+static int open_storage(const demo_args *a, const char *sub, int snapshots, const char *in_flight,
+                        dstl_storage **out)
 {
     dstl_config *c;
     int rc = dstl_config_new(&c);
@@ -38,6 +39,7 @@ static int open_storage(const demo_args *a, const char *sub, const char *in_flig
         rc = dstl_config_set(c, "dstl.local.dir", dir);
     }
     if (rc == 0 && in_flight) rc = dstl_config_set(c, "dstl.upload.max-in-flight", in_flight);
+    if (rc == 0 && snapshots) rc = bk_snapshot_config(c);   /* a task's snapshot: one segment */
     if (rc == 0) rc = dstl_storage_open(c, out);
     if (rc < 0) fprintf(stderr, "dstl-backend-demo: storage %s: %s (%s)\n", sub, dstl_strerror(rc), dstl_last_error());
     dstl_config_free(c);
@@ -122,8 +124,8 @@ int main(int argc, char **argv)
            a.config ? a.config : "defaults");
     dstl_storage *cl = NULL, *snap = NULL;
     bk_env *env = NULL;
-    int rc = open_storage(&a, "backend-changelog", NULL, &cl);
-    if (rc == 0) rc = open_storage(&a, "backend-snapshots", "64mb", &snap);
+    int rc = open_storage(&a, "backend-changelog", 0, NULL, &cl);
+    if (rc == 0) rc = open_storage(&a, "backend-snapshots", 1, "64mb", &snap);
     if (rc == 0) rc = bk_env_open(cl, snap, &env);
     job_result rc_cl = {0}, rc_full = {0};
     double restore_cl = 0, restore_full = 0;

@@ -438,6 +438,12 @@ size_t job_parts(job *j, bk_part *const **parts)
     return j->last ? j->o.parallelism : 0;
 }
 
+void job_restore_cpu(const job *j, double *process_s, double *machine_s)
+{
+    *process_s = j->restore_cpu_s[0];
+    *machine_s = j->restore_cpu_s[1];
+}
+
 void job_restore_passes(const job *j, double *snapshots_s, double *changelogs_s)
 {
     *snapshots_s = j->restore_pass_s[0];

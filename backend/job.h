@@ -63,16 +63,22 @@ int job_run(job *j, job_result *r);
 void job_result_free(job_result *r);
 
 /* Restores the final checkpoint into new_parallelism detached tasks — snapshots through a
- * restore plan on snap_storage, then changelogs through one on changelog_storage (NULL in full
- * mode) — and compares every key with the live state. *restore_s is the restore's time (plans,
- * reads, replay; not the comparison). 0 when every key matches; -EILSEQ with the first
+ * restore plan on snap_storage, changelogs through one on changelog_storage (NULL in full
+ * mode), both started at once; each task replays its snapshots first — and compares every
+ * key with the live state. *restore_s is the restore's time (plans, reads, replay; not the
+ * comparison). 0 when every key matches; -EILSEQ with the first
  * difference in why (task, key, state); another negative code when a read failed (why says
  * which). */
 int job_check(job *j, dstl_storage *snap_storage, dstl_storage *changelog_storage,
               uint32_t new_parallelism, double *restore_s, char *why, size_t why_len);
 
-/* The last job_check's two passes: reading and replaying the snapshots, then the changelogs. */
+/* The last job_check's two phases (both plans fetch from the start): until every snapshot was
+ * replayed, and from then until the last changelog was. */
 void job_restore_passes(const job *j, double *snapshots_s, double *changelogs_s);
+
+/* The last job_check's restore: CPU seconds of this process, and of the whole machine (every
+ * core's non-idle time, /proc/stat; 0 when unreadable), over the restore (not the comparison). */
+void job_restore_cpu(const job *j, double *process_s, double *machine_s);
 
 /* The final checkpoint's parts (for the demo's figures). */
 size_t job_parts(job *j, bk_part *const **parts);

@@ -37,6 +37,7 @@ struct job {
     atomic_int err;                      /* the first fatal error of any thread */
     atomic_uint_fast64_t mat_failures;   /* materializations that failed (not fatal) */
     double restore_pass_s[2];            /* the last job_check: snapshots, changelogs */
+    double restore_cpu_s[2];             /* its restore's CPU: this process, the machine */
 };
 
 double job_now_s(void);

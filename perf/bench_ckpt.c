@@ -14,12 +14,15 @@
  *   bench_ckpt DIR BUCKET OUT_DIR
  * S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY (S3_REGION): the endpoint (perf/ckpt.sh).
  * Knobs (environment; defaults are the issue's: P = 50, >= 300 checkpoints a mode):
- *   DSTL_CKPT_TASKS 50, DSTL_CKPT_CHECKPOINTS 300, DSTL_CKPT_STATE_MB 700 (all tasks: a full snapshot takes >= 5 s on the RGW here),
+ *   DSTL_CKPT_TASKS 50, DSTL_CKPT_CHECKPOINTS 300, DSTL_CKPT_STATE_MB 500 (all tasks: a full
+ *   snapshot takes >= 5 s p50 on the RGW here: ckpt.full.p50_ms),
  *   DSTL_CKPT_VALUE_BYTES 1024, DSTL_CKPT_RATE 3000 (updates/s in all),
  *   DSTL_CKPT_MATERIALIZE_S 60, DSTL_CKPT_MODES "changelog full",
- *   DSTL_CKPT_FULL_CHECKPOINTS (the full mode's count, when it must differ: each of its
- *   checkpoints writes the whole state, and a test RGW keeps deleted objects' space until its
- *   garbage collection runs, hours later: 300 x 700 MB needs that much disk).
+ *   DSTL_CKPT_FULL_CHECKPOINTS (the full mode's count, when it must differ; default the same:
+ *   each of its checkpoints writes the whole state, 300 x 500 MB in all, which the RGW of
+ *   tests/s3/rgw-up.sh frees within seconds of each subsumed checkpoint's deletes).
+ *   DSTL_CKPT_RESTORES 1 (more: that many timed restores a mode, restore.MODE.againK_s),
+ *   DSTL_CKPT_PEER 1 (0: no PUT peer during the changelog mode; see put_peer below).
  * Prints `name value unit` lines; writes OUT_DIR/ckpt-MODE.dat (completion time, duration).
  */
 #include <errno.h>
@@ -27,9 +30,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend/job.h"
+#include "dstl/config.h"
+#include "dstl/remote/remote.h"
+#include "s3/s3.h"
 
 /* S3 Standard prices (us-east-1, as published in 2026): what usd_per_month is computed from. */
 #define USD_PER_1000_PUT 0.005
@@ -52,29 +62,152 @@ static const char *need(const char *k)
     return v;
 }
 
-static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix,
-                                  const char *in_flight, const char *timeout)
+static dstl_config *s3_config(const char *dir, const char *bucket, const char *prefix)
 {
     dstl_config *c;
     char uri[512];
     snprintf(uri, sizeof uri, "s3://%s/%s", bucket, prefix);
     const char *region = getenv("S3_REGION") ? getenv("S3_REGION") : "us-east-1";
-    dstl_storage *s = NULL;
     if (dstl_config_new(&c) < 0 || dstl_config_set(c, "dstl.local.dir", dir) < 0 ||
         dstl_config_set(c, "dstl.remote.uri", uri) < 0 || dstl_config_set(c, "dstl.durability", "remote") < 0 ||
         dstl_config_set(c, "dstl.s3.endpoint", need("S3_ENDPOINT")) < 0 ||
         dstl_config_set(c, "dstl.s3.region", region) < 0 ||
         dstl_config_set(c, "dstl.s3.access-key", need("S3_ACCESS_KEY")) < 0 ||
         dstl_config_set(c, "dstl.s3.secret-key", need("S3_SECRET_KEY")) < 0 ||
-        dstl_config_set(c, "dstl.s3.path-style", "true") < 0 ||
-        (in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
+        dstl_config_set(c, "dstl.s3.path-style", "true") < 0) {
+        fprintf(stderr, "bench_ckpt: config %s: %s\n", dir, dstl_last_error());
+        exit(1);
+    }
+    return c;
+}
+
+static dstl_storage *open_storage(const char *dir, const char *bucket, const char *prefix, int snapshots,
+                                  const char *in_flight, const char *timeout)
+{
+    dstl_config *c = s3_config(dir, bucket, prefix);
+    dstl_storage *s = NULL;
+    if ((in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
         (timeout && dstl_config_set(c, "dstl.upload.timeout", timeout) < 0) ||
-        dstl_storage_open(c, &s) < 0) {
+        (snapshots && bk_snapshot_config(c) < 0) || dstl_storage_open(c, &s) < 0) {
         fprintf(stderr, "bench_ckpt: storage %s: %s\n", dir, dstl_last_error());
         exit(1);
     }
     dstl_config_free(c);
     return s;
+}
+
+/* ---- the PUT peer: the budget's PUT p99, measured in the same run ------------------------
+ * During the changelog mode a thread of its own, with its own S3 client (its own connection),
+ * PUTs once per checkpoint interval a body of the changelog's mean segment size so far (its
+ * storage's segment_bytes / segments_written since the mode began), then deletes it: the work
+ * of one changelog persist, done next to the job's, under the same snapshot uploads, CPU and
+ * RGW. ckpt.changelog.peer_put_p99_ms is what perf/ckpt.sh's budget is computed from. */
+typedef struct {
+    dstl_storage *cl;                  /* whose segment size it follows */
+    dstl_stats base;
+    const char *bucket;
+    double interval_s;
+    atomic_int stop;
+    double *ms, *at;                   /* each PUT's latency, and when it ended (since t0) */
+    double t0;                         /* taken just before job_run: the job's time base */
+    size_t n, cap;
+    uint64_t bytes, errors;
+    s3_client *cli;
+} put_peer;
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *peer_main(void *arg)
+{
+    put_peer *pp = arg;
+    uint8_t *buf = NULL;
+    size_t bcap = 0;
+    double next = mono_s() + pp->interval_s;
+    for (uint64_t i = 0; !atomic_load(&pp->stop); i++) {
+        while (!atomic_load(&pp->stop) && mono_s() < next) usleep(2000);
+        next += pp->interval_s;
+        if (mono_s() > next) next = mono_s() + pp->interval_s;   /* a slow PUT: no catching up */
+        dstl_stats st;
+        if (atomic_load(&pp->stop) || dstl_storage_stats(pp->cl, &st) < 0) continue;
+        uint64_t segs = st.segments_written - pp->base.segments_written;
+        size_t size = segs ? (size_t)((st.segment_bytes - pp->base.segment_bytes) / segs) : 0;
+        if (!size) continue;
+        if (size > bcap) {
+            uint8_t *nb = realloc(buf, size);
+            if (!nb) break;
+            for (size_t k = bcap; k < size; k++) nb[k] = (uint8_t)(k * 2654435761u >> 24);
+            buf = nb;
+            bcap = size;
+        }
+        if (pp->n == pp->cap) {
+            size_t nc = pp->cap ? pp->cap * 2 : 512;
+            double *m = realloc(pp->ms, nc * sizeof *m), *a = m ? realloc(pp->at, nc * sizeof *a) : NULL;
+            if (m) pp->ms = m;
+            if (!a) break;
+            pp->at = a;
+            pp->cap = nc;
+        }
+        char key[128];
+        snprintf(key, sizeof key, "ckpt-peer/%d-%" PRIu64, (int)getpid(), i);
+        s3_result r;
+        double t0 = mono_s();
+        if (s3_put_object_sync(pp->cli, pp->bucket, key, buf, size, false, &r) < 0) {
+            pp->errors++;
+            continue;
+        }
+        pp->at[pp->n] = mono_s() - pp->t0;
+        pp->ms[pp->n++] = (mono_s() - t0) * 1e3;
+        pp->bytes += size;
+        s3_delete_object_sync(pp->cli, pp->bucket, key, &r);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* Starts the peer (0), or says why not (-1: the figure is then missing, the run goes on). */
+static int peer_start(put_peer *pp, pthread_t *th, dstl_storage *cl, const char *dir, const char *bucket)
+{
+    dstl_config *c = s3_config(dir, bucket, "ckpt-peer");
+    config_values cv;
+    int rc = config_resolve(c, &cv) < 0 || remote_client_new(&cv, &pp->cli) < 0 ? -1 : 0;
+    dstl_config_free(c);
+    pp->cl = cl;
+    pp->bucket = bucket;
+    if (rc == 0 && dstl_storage_stats(cl, &pp->base) < 0) rc = -1;
+    pp->t0 = mono_s();
+    if (rc == 0 && pthread_create(th, NULL, peer_main, pp)) rc = -1;
+    if (rc < 0) {
+        fprintf(stderr, "bench_ckpt: PUT peer not started: %s\n", dstl_last_error());
+        s3_client_free(pp->cli);
+        pp->cli = NULL;
+    }
+    return rc;
+}
+
+/* Stops the peer, prints its lines and writes OUT_DIR/ckpt-peer.dat (end time, ms) on the
+ * time base of ckpt-changelog.dat. */
+static void peer_stop(put_peer *pp, pthread_t th, const char *out)
+{
+    atomic_store(&pp->stop, 1);
+    pthread_join(th, NULL);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/ckpt-peer.dat", out);
+    FILE *f = fopen(path, "w");
+    for (size_t i = 0; f && i < pp->n; i++) fprintf(f, "%.3f %.3f\n", pp->at[i], pp->ms[i]);
+    if (f) fclose(f);
+    printf("ckpt.changelog.peer_puts %zu count\n", pp->n);
+    printf("ckpt.changelog.peer_put_errors %" PRIu64 " count\n", pp->errors);
+    printf("ckpt.changelog.peer_put_bytes %.0f bytes\n", pp->n ? (double)pp->bytes / (double)pp->n : 0.0);
+    printf("ckpt.changelog.peer_put_p50_ms %.1f ms\n", job_quantile(pp->ms, pp->n, 0.5));
+    printf("ckpt.changelog.peer_put_p99_ms %.1f ms\n", job_quantile(pp->ms, pp->n, 0.99));
+    s3_client_free(pp->cli);
+    free(pp->ms);
+    free(pp->at);
 }
 
 typedef struct {
@@ -86,11 +219,102 @@ static void stats(dstl_storage *s, dstl_stats *st)
     if (dstl_storage_stats(s, st) < 0) memset(st, 0, sizeof *st);
 }
 
+/* The (i mod n)th of the n blank-separated words of list into w ("" when none). */
+static void nth_word(const char *list, int i, char *w, size_t cap)
+{
+    int n = 0, len;
+    char tmp[64];
+    for (int off = 0; list && sscanf(list + off, " %63s%n", tmp, &len) == 1; off += len) n++;
+    w[0] = 0;
+    for (int k = 0, off = 0; n && list && sscanf(list + off, " %63s%n", tmp, &len) == 1; k++, off += len)
+        if (k == i % n) {
+            snprintf(w, cap, "%s", tmp);
+            return;
+        }
+}
+
+/* The mode's final checkpoint restored from S3 alone (storages with fresh, empty local dirs)
+ * onto P tasks, timed and checked key by key; the changelog mode's also onto 3P/4. */
+static int restore_and_check(job *j, const char *mode, const char *dir, const char *bucket, const char *p1,
+                             const char *p2, uint32_t P, int changelog, mode_out *mo)
+{
+    char why[512], rd1[1024], rd2[1024];
+    snprintf(rd1, sizeof rd1, "%s/%s-restore-changelog", dir, mode);
+    snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
+    dstl_storage *rcl = changelog ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
+    dstl_storage *rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
+    double rs = 0, cpu, busy;
+    int ck = job_check(j, rsn, rcl, P, &rs, why, sizeof why);
+    printf("restore.%s_s %.2f s\n", mode, rs);
+    /* what bounds it: this process's CPU, and the whole machine's (RGW and OSD run here too,
+     * and whatever else the machine runs), in cores over the restore */
+    job_restore_cpu(j, &cpu, &busy);
+    printf("restore.%s.process_cores %.2f cores\n", mode, rs > 0 ? cpu / rs : 0.0);
+    printf("restore.%s.machine_busy_cores %.2f cores (of %ld)\n", mode, rs > 0 ? busy / rs : 0.0,
+           sysconf(_SC_NPROCESSORS_ONLN));
+    double ps, pc;
+    job_restore_passes(j, &ps, &pc);
+    /* what the restore fetched, per storage (the restore storages are fresh: all of it is
+     * this restore's) */
+    dstl_stats snst = {0}, clst = {0}, rst;
+    stats(rsn, &snst);
+    if (rcl) stats(rcl, &clst);
+    rst = snst;
+    rst.restore_bytes_fetched += clst.restore_bytes_fetched;
+    rst.restore_requests += clst.restore_requests;
+    printf("restore.%s.snapshots_s %.2f s\n", mode, ps);
+    if (changelog) printf("restore.%s.changelogs_s %.2f s\n", mode, pc);
+    printf("restore.%s.snapshot_bytes %" PRIu64 " bytes\n", mode, snst.restore_bytes_fetched);
+    printf("restore.%s.snapshot_gets %" PRIu64 " count\n", mode, snst.restore_requests);
+    if (rcl) {
+        printf("restore.%s.changelog_bytes %" PRIu64 " bytes\n", mode, clst.restore_bytes_fetched);
+        printf("restore.%s.changelog_gets %" PRIu64 " count\n", mode, clst.restore_requests);
+    }
+    printf("restore.%s.fetched_mb %.1f MB\n", mode, (double)rst.restore_bytes_fetched / 1e6);
+    printf("restore.%s.requests %" PRIu64 " count\n", mode, rst.restore_requests);
+    printf("ckpt.%s.check %s\n", mode, ck == 0 ? "ok" : "FAILED");
+    if (ck < 0) fprintf(stderr, "bench_ckpt: %s: restore check: %s\n", mode, why);
+    mo->restore_s = rs;
+    if (ck == 0 && changelog) {
+        uint32_t np = P > 1 ? P * 3 / 4 : 2;
+        ck = job_check(j, rsn, rcl, np, NULL, why, sizeof why);
+        printf("ckpt.%s.check_rescaled_p%u %s\n", mode, np, ck == 0 ? "ok" : "FAILED");
+        if (ck < 0) fprintf(stderr, "bench_ckpt: %s: rescaled restore check: %s\n", mode, why);
+    }
+    dstl_storage_close(rcl);
+    dstl_storage_close(rsn);
+    /* DSTL_CKPT_RESTORES=N: N-1 more timed restores, each onto fresh storages (the spread of
+     * restore.MODE_s on this shared machine; restore.MODE_s stays the first),
+     * and DSTL_CKPT_RESTORE_CONNECTIONS="a b ..." gives the again restores' storages
+     * dstl.recovery.connections a, b, ... in turn (through DSTL_RECOVERY_CONNECTIONS) */
+    const char *conns = getenv("DSTL_CKPT_RESTORE_CONNECTIONS");
+    char *saved = getenv("DSTL_RECOVERY_CONNECTIONS") ? strdup(getenv("DSTL_RECOVERY_CONNECTIONS")) : NULL;
+    for (int k = 1; ck == 0 && k < (int)envf("DSTL_CKPT_RESTORES", 1); k++) {
+        char c[64] = "";
+        nth_word(conns, k - 1, c, sizeof c);
+        if (c[0]) setenv("DSTL_RECOVERY_CONNECTIONS", c, 1);
+        snprintf(rd1, sizeof rd1, "%s/%s-restore%d-changelog", dir, mode, k);
+        snprintf(rd2, sizeof rd2, "%s/%s-restore%d-snapshots", dir, mode, k);
+        rcl = changelog ? open_storage(rd1, bucket, p1, 0, NULL, NULL) : NULL;
+        rsn = open_storage(rd2, bucket, p2, 1, NULL, "30s");
+        if (saved) setenv("DSTL_RECOVERY_CONNECTIONS", saved, 1);
+        else unsetenv("DSTL_RECOVERY_CONNECTIONS");
+        ck = job_check(j, rsn, rcl, P, &rs, why, sizeof why);
+        job_restore_cpu(j, &cpu, &busy);
+        printf("restore.%s.again%d_s %.2f s (connections %s, process %.2f cores, machine %.2f)\n", mode, k, rs,
+               c[0] ? c : "default", rs > 0 ? cpu / rs : 0.0, rs > 0 ? busy / rs : 0.0);
+        dstl_storage_close(rcl);
+        dstl_storage_close(rsn);
+    }
+    free(saved);
+    return ck;
+}
+
 static int run_mode(const char *mode, const char *dir, const char *bucket, const char *out, mode_out *mo)
 {
     int m = !strcmp(mode, "full") ? BK_FULL : BK_CHANGELOG;
     uint32_t P = (uint32_t)envf("DSTL_CKPT_TASKS", 50);
-    double state_mb = envf("DSTL_CKPT_STATE_MB", 700), vlen = envf("DSTL_CKPT_VALUE_BYTES", 1024);
+    double state_mb = envf("DSTL_CKPT_STATE_MB", 500), vlen = envf("DSTL_CKPT_VALUE_BYTES", 1024);
     job_opts o = {.name = mode, .mode = m, .parallelism = P, .max_parallelism = 128, .workers = 2,
                   .keys = (uint64_t)(state_mb * 1e6 / (vlen + 10)), .value_len = (size_t)vlen,
                   .updates_per_s = envf("DSTL_CKPT_RATE", 3000), .interval_s = 1,
@@ -106,11 +330,11 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     snprintf(p1, sizeof p1, "ckpt-%s/changelog", mode);
     snprintf(p2, sizeof p2, "ckpt-%s/snapshots", mode);
     /* the snapshot storage: its own dir, prefix and in-flight bound (backend/backend.h), and
-     * a bulk upload timeout: its batches are 10 MB and hundreds of them queue at once (a full
-     * snapshot); the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
+     * bk_snapshot_config's 64 MB hand-offs and batches (a task's snapshot is one segment), and
+     * a bulk upload timeout: a full snapshot queues 50 of them at once; the changelog's 1 s (hedge after 1 s, fail after 3 attempts) suits small,
      * latency-bound checkpoint segments, not those */
-    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, NULL, NULL) : NULL;
-    dstl_storage *sn = open_storage(d2, bucket, p2, "256mb", "30s");
+    dstl_storage *cl = m == BK_CHANGELOG ? open_storage(d1, bucket, p1, 0, NULL, NULL) : NULL;
+    dstl_storage *sn = open_storage(d2, bucket, p2, 1, "256mb", "30s");
     bk_env *env;
     job *j;
     job_result r;
@@ -121,7 +345,12 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     dstl_stats c0 = {0}, s0, c1 = {0}, s1;
     if (cl) stats(cl, &c0);
     stats(sn, &s0);
+    put_peer pp = {.interval_s = o.interval_s};
+    pthread_t pth;
+    int peer = cl && getenv("DSTL_CKPT_PEER") && !strcmp(getenv("DSTL_CKPT_PEER"), "0") ? -1
+             : cl ? peer_start(&pp, &pth, cl, d1, bucket) : -1;
     int rc = job_run(j, &r);
+    if (peer == 0) peer_stop(&pp, pth, out);
     if (cl) stats(cl, &c1);
     stats(sn, &s1);
     if (rc < 0) fprintf(stderr, "bench_ckpt: %s: run failed: %s\n", mode, dstl_strerror(rc));
@@ -165,41 +394,8 @@ static int run_mode(const char *mode, const char *dir, const char *bucket, const
     FILE *f = fopen(path, "w");
     for (uint64_t i = 0; f && i < r.completed; i++) fprintf(f, "%.3f %.3f\n", r.completed_at_s[i], r.durations_ms[i]);
     if (f) fclose(f);
-    /* restore from S3 alone: storages with fresh, empty local dirs */
-    char why[512], rd1[1024], rd2[1024];
-    snprintf(rd1, sizeof rd1, "%s/%s-restore-changelog", dir, mode);
-    snprintf(rd2, sizeof rd2, "%s/%s-restore-snapshots", dir, mode);
-    dstl_storage *rcl = cl ? open_storage(rd1, bucket, p1, NULL, NULL) : NULL;
-    dstl_storage *rsn = open_storage(rd2, bucket, p2, NULL, "30s");
-    double rs = 0;
-    int ck = rc < 0 ? rc : job_check(j, rsn, rcl, P, &rs, why, sizeof why);
-    printf("restore.%s_s %.2f s\n", mode, rs);
-    double ps, pc;
-    job_restore_passes(j, &ps, &pc);
-    dstl_stats rst = {0};
-    stats(rsn, &rst);
-    if (rcl) {
-        dstl_stats x;
-        stats(rcl, &x);
-        rst.restore_bytes_fetched += x.restore_bytes_fetched;
-        rst.restore_requests += x.restore_requests;
-    }
-    printf("restore.%s.snapshots_s %.2f s\n", mode, ps);
-    if (m == BK_CHANGELOG) printf("restore.%s.changelogs_s %.2f s\n", mode, pc);
-    printf("restore.%s.fetched_mb %.1f MB\n", mode, (double)rst.restore_bytes_fetched / 1e6);
-    printf("restore.%s.requests %" PRIu64 " count\n", mode, rst.restore_requests);
-    printf("ckpt.%s.check %s\n", mode, ck == 0 ? "ok" : "FAILED");
-    if (ck < 0) fprintf(stderr, "bench_ckpt: %s: restore check: %s\n", mode, why);
-    mo->restore_s = rs;
-    if (ck == 0 && m == BK_CHANGELOG) {
-        uint32_t np = P > 1 ? P * 3 / 4 : 2;
-        ck = job_check(j, rsn, rcl, np, NULL, why, sizeof why);
-        printf("ckpt.%s.check_rescaled_p%u %s\n", mode, np, ck == 0 ? "ok" : "FAILED");
-        if (ck < 0) fprintf(stderr, "bench_ckpt: %s: rescaled restore check: %s\n", mode, why);
-    }
+    int ck = rc < 0 ? rc : restore_and_check(j, mode, dir, bucket, p1, p2, P, cl != NULL, mo);
     fflush(stdout);
-    dstl_storage_close(rcl);
-    dstl_storage_close(rsn);
     job_close(j);
     job_result_free(&r);
     bk_env_close(env);
@@ -219,7 +415,7 @@ int main(int argc, char **argv)
     printf("# P = %.0f tasks, max parallelism 128, state %.0f MB (values of %.0f bytes), %.0f updates/s, a checkpoint "
            "every 1 s, changelog materializes every %.0f s per task (staggered); each mode runs until %.0f "
            "checkpoints completed (full: %.0f; skipped triggers are counted apart)\n",
-           envf("DSTL_CKPT_TASKS", 50), envf("DSTL_CKPT_STATE_MB", 700), envf("DSTL_CKPT_VALUE_BYTES", 1024),
+           envf("DSTL_CKPT_TASKS", 50), envf("DSTL_CKPT_STATE_MB", 500), envf("DSTL_CKPT_VALUE_BYTES", 1024),
            envf("DSTL_CKPT_RATE", 3000), envf("DSTL_CKPT_MATERIALIZE_S", 60), envf("DSTL_CKPT_CHECKPOINTS", 300),
            envf(getenv("DSTL_CKPT_FULL_CHECKPOINTS") ? "DSTL_CKPT_FULL_CHECKPOINTS" : "DSTL_CKPT_CHECKPOINTS", 300));
     mode_out cl = {0}, full = {0};

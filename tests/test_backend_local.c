@@ -8,7 +8,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/job.h"
 #include "tests/helpers.h"
@@ -162,4 +164,60 @@ Test(backend_local, failed_checkpoints_are_counted_and_the_job_goes_on, .timeout
         job_result_free(&r);
     }
     down(&f);
+}
+
+static atomic_int part_fired;
+
+static void done_part(bk_part *p, void *arg)
+{
+    (void)p;
+    (void)arg;
+    atomic_store(&part_fired, 1);
+}
+
+static void wait_part_done(void)
+{
+    while (!atomic_load(&part_fired)) usleep(1000);
+}
+
+/* bk_snapshot_config: a task's snapshot of 12 MB goes up as one segment (one object, one GET
+ * on restore). With the storage defaults (5 MB preemptive hand-offs, 10 MB batches) it was
+ * three. */
+Test(backend_local, snapshot_config_writes_a_task_snapshot_as_one_segment, .timeout = 120)
+{
+    char *dir = t_mkdtemp("backend-snapcfg");
+    char d[512];
+    snprintf(d, sizeof d, "%s/snapshots", dir);
+    dstl_config *c = t_config(d, "dstl.upload.max-in-flight", "128mb", NULL);
+    cr_assert_eq(bk_snapshot_config(c), 0, "%s", dstl_last_error());
+    dstl_storage *snap;
+    cr_assert_eq(dstl_storage_open(c, &snap), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    bk_env *env;
+    cr_assert_eq(bk_env_open(NULL, snap, &env), 0);
+    bk_task *t;
+    cr_assert_eq(bk_task_open(env, "snapcfg", 128, 1, 0, BK_FULL, NULL, &t), 0, "%s", dstl_last_error());
+    static char val[1000];
+    memset(val, 'v', sizeof val);
+    char key[32];
+    for (int k = 0; k < 12000; k++) {        /* 12 MB of state */
+        int n = snprintf(key, sizeof key, "key-%d", k);
+        cr_assert_eq(bk_value_put(t, key, (size_t)n, val, sizeof val), 0);
+    }
+    dstl_stats s0, s1;
+    cr_assert_eq(dstl_storage_stats(snap, &s0), 0);
+    bk_part *p;
+    cr_assert_eq(bk_checkpoint(t, 1, done_part, NULL, &p), 0, "%s", dstl_last_error());
+    wait_part_done();
+    cr_assert_eq(bk_part_result(p), 0);
+    cr_assert_eq(dstl_storage_stats(snap, &s1), 0);
+    cr_assert_geq(s1.segment_bytes - s0.segment_bytes, 12000000, "the snapshot: %llu bytes",
+                  (unsigned long long)(s1.segment_bytes - s0.segment_bytes));
+    cr_assert_eq(s1.segments_written - s0.segments_written, 1, "one segment, not %llu",
+                 (unsigned long long)(s1.segments_written - s0.segments_written));
+    bk_part_discard(p);
+    cr_assert_eq(bk_task_close(t), 0);
+    bk_env_close(env);
+    cr_assert_eq(dstl_storage_close(snap), 0, "%s", dstl_last_error());
+    t_rm_rf(dir);
 }

@@ -3,8 +3,11 @@
 # and perf/run.sh, never needed from outside the repository.
 # Minimal single-node Ceph (1 mon, 1 osd, no mgr) + radosgw on 127.0.0.1, all state under $1.
 # usage: rgw-up.sh DIR RGW_PORT [memstore|bluestore]   (needs: apt-get install --no-install-recommends ceph-mon ceph-osd radosgw)
-# DSTL_RGW_BLOCK_BYTES: the BlueStore block file's size (sparse; default 20 GiB). Deleted objects keep their
-# space until RGW's garbage collection (hours), so a long benchmark that rewrites big objects needs more.
+# DSTL_RGW_BLOCK_BYTES: the BlueStore block file's size (sparse; default 20 GiB). RGW frees a deleted
+# object's space only when its garbage collector removes the object's RADOS tails; its defaults wait 2 h
+# (rgw gc obj min wait) and run once an hour, so a long benchmark that rewrites big objects (perf's
+# checkpoint benchmark writes ~150 GB) filled BlueStore and failed late. The [client.rgw.a] section below
+# makes the collector take deleted objects after 5 s, run every 10 s, and trim in bigger chunks.
 # Writes DIR/env with S3 endpoint/keys, and DIR/pids with the daemon PIDs (stop with s3-down.sh DIR).
 set -euo pipefail
 D=$(realpath -m "$1"); RGW_PORT=$2; STORE=${3:-memstore}
@@ -61,6 +64,11 @@ rgw data = $D/rgw
 rgw dns name = localhost
 rgw enable apis = s3, admin
 rgw thread pool size = 64
+rgw gc obj min wait = 5
+rgw gc processor period = 10
+rgw gc processor max time = 10
+rgw gc max concurrent io = 16
+rgw gc max trim chunk = 64
 EOF
 C=(-c "$D/ceph.conf")
 ceph-authtool --create-keyring "$D/keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
