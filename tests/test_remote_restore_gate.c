@@ -252,6 +252,20 @@ typedef struct {
     dstl_record rec;
 } first_read;
 
+/* The reading storage (its own dir), whose S3 requests all go through the gate G. */
+static dstl_storage *open_through_gate(void)
+{
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
+    dstl_config *c = t_config(rdir, NULL);
+    t_remote_set_s3(&fx, c);
+    cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
+    dstl_storage *s = NULL;
+    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    return s;
+}
+
 static void *read_first(void *arg)
 {
     first_read *fr = arg;
@@ -278,14 +292,7 @@ Test(remote_restore_gate, a_reader_gets_its_first_record_before_its_object_has_a
     cr_assert_geq(last[0]->wh->nsegs, ROUNDS);
     cr_assert_geq(smallest, 256u << 10, "segments of at least 256 KiB");
     G.limit = smallest / 2;
-    char ep[64];
-    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
-    dstl_config *c = t_config(rdir, NULL);
-    t_remote_set_s3(&fx, c);
-    cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
-    dstl_storage *s = NULL;
-    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
-    dstl_config_free(c);
+    dstl_storage *s = open_through_gate();
 
     gate_set(&G, 1);
     dstl_restore_entry e[NW];
@@ -367,14 +374,7 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
      * only notes each ranged GET's path and range, in the order they came. */
     dstl_handle *last[NW];
     write_all(last);
-    char ep[64];
-    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
-    dstl_config *c = t_config(rdir, NULL);
-    t_remote_set_s3(&fx, c);
-    cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
-    dstl_storage *s = NULL;
-    cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
-    dstl_config_free(c);
+    dstl_storage *s = open_through_gate();
     dstl_restore_entry e[NW];
     for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
     dstl_restore *p = NULL;

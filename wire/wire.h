@@ -95,12 +95,18 @@ typedef struct {
     uint64_t payload_bytes;
 } wire_section_tally;
 
+/* Bytes of v as a varint (1..10). */
+static inline size_t wire_varint_len(uint64_t v)
+{
+    unsigned bits = 64u - (unsigned)__builtin_clzll(v | 1);   /* 1..64 */
+    return (bits + 6) / 7;
+}
+
 /* Counts a record of len payload bytes at section-relative seq rel into its key group's tally. */
 static inline void wire_tally_add(wire_kg_tally *t, uint64_t rel, size_t len)
 {
     uint64_t gap = rel - t->next;
-    t->bytes += (64u - (unsigned)__builtin_clzll(gap | 1) + 6) / 7 +
-                (64u - (unsigned)__builtin_clzll((uint64_t)len | 1) + 6) / 7 + len;
+    t->bytes += wire_varint_len(gap) + wire_varint_len(len) + len;
     t->next = rel + 1;
     t->count++;
 }

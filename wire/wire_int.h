@@ -56,12 +56,7 @@ static inline void wire_put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 #error "wire/ assumes a little-endian host (x86-64, aarch64)"
 #endif
 
-/* ---- varints (LEB128, at most 10 bytes for 64 bits) ---- */
-static inline size_t wire_varint_len(uint64_t v)
-{
-    unsigned bits = 64u - (unsigned)__builtin_clzll(v | 1);   /* 1..64 */
-    return (bits + 6) / 7;
-}
+/* ---- varints (LEB128, at most 10 bytes for 64 bits; wire_varint_len is in wire.h) ---- */
 
 static inline uint8_t *wire_varint_put(uint8_t *p, uint64_t v)
 {
