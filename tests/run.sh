@@ -46,8 +46,14 @@ if [ $needs_s3 = 1 ]; then
       echo "0 passed, 1 failed"
       exit 1
     fi
-    tail -n 1 "$S3DIR/up.log"
     set -a; . "$S3DIR/rgw/env"; set +a
+    # secrets never appear in output: the server's start-up lines must not hold its secret key
+    if grep -qF -- "$S3_SECRET_KEY" "$S3DIR/up.log"; then
+      echo "run.sh: FAILED: tests/s3/rgw-up.sh printed the S3 secret key in its output" >&2
+      echo "0 passed, 1 failed"
+      exit 1
+    fi
+    tail -n 1 "$S3DIR/up.log"
     export DSTL_T_S3_ENDPOINT=$S3_ENDPOINT DSTL_T_S3_ACCESS_KEY=$S3_ACCESS_KEY \
            DSTL_T_S3_SECRET_KEY=$S3_SECRET_KEY DSTL_T_S3_REGION=$S3_REGION
   fi

@@ -107,4 +107,4 @@ S3_ACCESS_KEY=$AK
 S3_SECRET_KEY=$SK
 S3_REGION=us-east-1
 EOF
-echo "ceph+rgw up in $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(tr '\n' ' ' < "$D/env")"
+echo "ceph+rgw up in $(( ($(date +%s%N) - t0) / 1000000 )) ms: $(grep -v "^S3_SECRET_KEY=" "$D/env" | tr "\n" " ")(secret key in $D/env)"
