@@ -56,6 +56,8 @@ struct bk_task {
     size_t buf_cap;
     bk_faults faults;
     int loaded;                /* bk_load_value since the last materialization started */
+    bk_yield_fn yield;         /* bk_task_set_yield */
+    void *yield_arg;
 };
 
 struct bk_part {
@@ -366,22 +368,33 @@ static int start_snapshot(bk_task *t, uint64_t cp, bk_snap **out)
     s->from_seq = dstl_writer_next_seq(t->snapw);
     s->changelog_from = t->changelog ? dstl_writer_next_seq(t->changelog) : 0;
     s->loaded_state = t->loaded;
-    t->loaded = 0;
+    /* yields only for a materialization (a full checkpoint is itself the barrier's answer) */
+    bk_yield_fn yield = t->mode == BK_CHANGELOG ? t->yield : NULL;
     int rc = append_registrations(t, t->snapw);
     size_t pos = 0;
     uint64_t nrec = 0;
     for (const kv_entry *e; rc == 0 && (e = kv_next(&t->state, &pos));) {
         if (++nrec == t->faults.drop_snapshot_record) continue;
+        if (nrec == t->faults.fail_snapshot_record) {
+            fprintf(stderr, "backend: task %u: snapshot record %llu fails (test seam fail_snapshot_record)\n",
+                    t->index, (unsigned long long)nrec);
+            rc = -EIO;
+            break;
+        }
         dstl_state_change sc = {.op = DSTL_SC_PUT, .state_id = e->state, .key = kv_key(e),
                                 .key_len = e->key_len, .user_key = kv_user_key(e),
                                 .user_key_len = e->user_key_len, .value = kv_value(e),
                                 .value_len = e->value_len};
         rc = append_sc(t, t->snapw, e->key_group, &sc);
+        if (yield && nrec % BK_YIELD_RECORDS == 0) yield(t->yield_arg);
     }
-    if (rc < 0) {
+    if (rc < 0) {                              /* t->loaded stays: no snapshot holds that state */
         snap_unref(s, 1);
         return rc;
     }
+    /* Only now: a checkpoint taken during the copy (a yield) still saw the loaded state as in
+     * no snapshot, and so does every one after a copy that failed. */
+    t->loaded = 0;
     atomic_fetch_add(&s->refs, 1);             /* the task's, as t->running */
     t->running = s;
     bk_env *e = t->env;
@@ -393,6 +406,12 @@ static int start_snapshot(bk_task *t, uint64_t cp, bk_snap **out)
     pthread_mutex_unlock(&e->mu);
     *out = s;
     return 0;
+}
+
+void bk_task_set_yield(bk_task *t, bk_yield_fn fn, void *arg)
+{
+    t->yield = fn;
+    t->yield_arg = arg;
 }
 
 int bk_materialize(bk_task *t)

@@ -56,6 +56,7 @@ typedef struct {
     const char *drop_changelog_key;   /* no change of this key is appended to the changelog */
     uint64_t drop_snapshot_record;    /* the Nth record (1-based) of every snapshot is left out */
     uint64_t fail_checkpoints_upto;   /* checkpoints 1..N fail at once with -EIO             */
+    uint64_t fail_snapshot_record;    /* appending the Nth record of a snapshot fails (-EIO)  */
 } bk_faults;
 
 /* The storages of a process: changelog persists go to `changelog` (NULL when no task is
@@ -106,6 +107,15 @@ const void *bk_value_get(const bk_task *t, const void *key, size_t klen, size_t 
  * (memory copies) and hands the persist to the materializer thread. 1 started, 0 one is still
  * running, < 0 error. */
 int bk_materialize(bk_task *t);
+/* A materialization copies the whole state on the task's thread; so that a barrier never waits
+ * for that copy (16 MB a task in the benchmark: tens of ms), fn(arg) runs every
+ * BK_YIELD_RECORDS records of it. fn may checkpoint any task (bk_checkpoint), this one
+ * included: that part persists the changelog since the last complete snapshot, as any part
+ * taken while a materialization runs. fn must not change any state or materialize. NULL: no
+ * yields (the default). */
+#define BK_YIELD_RECORDS 256
+typedef void (*bk_yield_fn)(void *arg);
+void bk_task_set_yield(bk_task *t, bk_yield_fn fn, void *arg);
 /* Finishes a materialization that completed: takes its handle, truncates the changelog and the
  * snapshot writer, makes it the current snapshot. Call often (each loop of the worker).
  * 0, or the snapshot persist's error (the materialization is dropped; the old one stays). */

@@ -101,13 +101,29 @@ static void barrier(job *j, ckpt *c, uint32_t ti)
         atomic_store(&c->failed, 1);
         atomic_fetch_sub(&c->pending, 1);      /* no callback will come */
     }
+    uint64_t t = now_ns(), b = atomic_load(&c->barrier_ns);
+    while (b < t && !atomic_compare_exchange_weak(&c->barrier_ns, &b, t)) {}
     atomic_fetch_sub(&c->pending, 1);          /* registered */
 }
 
 typedef struct {
     job *j;
     uint32_t w;
+    uint64_t seen;                             /* the newest checkpoint id answered */
 } worker_arg;
+
+/* A new trigger: the barrier reaches every task of the worker. Called between update slices
+ * and, through bk_task_set_yield, inside a materialization's copy of a task's state. */
+static void answer_barriers(worker_arg *a)
+{
+    job *j = a->j;
+    if (atomic_load(&j->trigger_id) <= a->seen) return;
+    ckpt *c = atomic_load(&j->trigger);        /* at least as new as the id: alive */
+    a->seen = c->id;
+    for (uint32_t i = a->w; i < j->o.parallelism; i += j->o.workers) barrier(j, c, i);
+}
+
+static void yield_to_barriers(void *arg) { answer_barriers(arg); }
 
 static void *worker(void *arg)
 {
@@ -120,14 +136,12 @@ static void *worker(void *arg)
     double *next_mat = calloc(P, sizeof *next_mat);
     for (uint32_t i = a->w; i < P; i += W)     /* staggered: task i first at (i + 1) / P of M */
         next_mat[i] = start + j->o.materialize_s * (i + 1) / P;
-    uint64_t done = 0, seen = 0;
+    uint64_t done = 0;
     uint32_t rr = a->w;
+    if (!j->o.no_yield)
+        for (uint32_t i = a->w; i < P; i += W) bk_task_set_yield(j->tasks[i], yield_to_barriers, a);
     while (!atomic_load(&j->stop) && val && next_mat) {
-        if (atomic_load(&j->trigger_id) > seen) {
-            ckpt *c = atomic_load(&j->trigger);   /* at least as new as the id: alive */
-            seen = c->id;
-            for (uint32_t i = a->w; i < P; i += W) barrier(j, c, i);
-        }
+        answer_barriers(a);
         double now = job_now_s();
         for (uint32_t i = a->w; i < P; i += W) {
             int rc = bk_poll(j->tasks[i]);
@@ -153,6 +167,7 @@ static void *worker(void *arg)
         }
         if (done >= target) sleep_s(0.0005);
     }
+    for (uint32_t i = a->w; i < P; i += W) bk_task_set_yield(j->tasks[i], NULL, NULL);
     free(val);
     free(next_mat);
     return NULL;
@@ -202,6 +217,7 @@ static int ckpt_finish(job *j, ckpt *c, job_result *r)
     if (r) {
         double d = (double)atomic_load(&c->done_ns) / 1e9 - c->trigger_s;
         r->durations_ms[r->completed] = d * 1000;
+        r->barriers_ms[r->completed] = ((double)atomic_load(&c->barrier_ns) / 1e9 - c->trigger_s) * 1000;
         r->completed_at_s[r->completed] = job_now_s() - j->t0;
         r->completed++;
         for (uint32_t i = 0; i < j->o.parallelism; i++)
@@ -224,7 +240,9 @@ static int grow_result(job_result *r, size_t *cap)
     if (d) r->durations_ms = d;
     double *a = realloc(r->completed_at_s, n * sizeof *a);
     if (a) r->completed_at_s = a;
-    if (!d || !a) return -ENOMEM;
+    double *b = realloc(r->barriers_ms, n * sizeof *b);
+    if (b) r->barriers_ms = b;
+    if (!d || !a || !b) return -ENOMEM;
     *cap = n;
     return 0;
 }
@@ -305,7 +323,7 @@ int job_run(job *j, job_result *r)
     j->t0 = job_now_s();
     uint32_t started = 0;
     for (; started < W; started++) {
-        wa[started] = (worker_arg){j, started};
+        wa[started] = (worker_arg){.j = j, .w = started};
         if (pthread_create(&th[started], NULL, worker, &wa[started])) break;
     }
     if (started == W) coordinate(j, r);
@@ -348,6 +366,7 @@ void job_result_free(job_result *r)
 {
     free(r->durations_ms);
     free(r->completed_at_s);
+    free(r->barriers_ms);
     memset(r, 0, sizeof *r);
 }
 

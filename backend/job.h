@@ -40,12 +40,15 @@ typedef struct {
     bk_faults faults;            /* applied to task 0 */
     int verbose;                 /* progress lines on stdout ... */
     double report_s;             /* ... every this many seconds (0: 10) */
+    int no_yield;                /* materializations never answer barriers mid-copy (A/B) */
 } job_opts;
 
 typedef struct {
     uint64_t completed, skipped, failed;   /* checkpoints of the run (not the final quiet one) */
     double *durations_ms;                  /* per completed checkpoint, in order (malloc'd) */
     double *completed_at_s;                /* when each completed, since the run started */
+    double *barriers_ms;                   /* per completed checkpoint: trigger to the last
+                                            * task's part registered (the barrier's share) */
     double run_s;
     uint64_t updates, materializations, materialization_failures;
     uint64_t state_bytes, state_entries;   /* at the end */

@@ -15,6 +15,7 @@ typedef struct {
     atomic_int pending;
     atomic_int failed;
     _Atomic uint64_t done_ns;            /* the latest part completion (CLOCK_MONOTONIC) */
+    _Atomic uint64_t barrier_ns;         /* the latest part registration (the barrier's end) */
     bk_part **parts;
 } ckpt;
 

@@ -13,33 +13,7 @@
 #include <unistd.h>
 
 #include "backend/job.h"
-#include "tests/helpers.h"
-#include "tests/helpers_dstl.h"
-
-typedef struct {
-    char *dir;
-    char cl_dir[512], snap_dir[512];
-    dstl_storage *cl, *snap;
-    bk_env *env;
-} fixture;
-
-static void up(fixture *f)
-{
-    f->dir = t_mkdtemp("backend");
-    snprintf(f->cl_dir, sizeof f->cl_dir, "%s/changelog", f->dir);
-    snprintf(f->snap_dir, sizeof f->snap_dir, "%s/snapshots", f->dir);
-    f->cl = t_storage_open(f->cl_dir, "dstl.batch.persist-delay", "5ms", NULL);
-    f->snap = t_storage_open(f->snap_dir, "dstl.upload.max-in-flight", "32mb", NULL);
-    cr_assert_eq(bk_env_open(f->cl, f->snap, &f->env), 0);
-}
-
-static void down(fixture *f)
-{
-    bk_env_close(f->env);
-    cr_assert_eq(dstl_storage_close(f->cl), 0, "%s", dstl_last_error());
-    cr_assert_eq(dstl_storage_close(f->snap), 0, "%s", dstl_last_error());
-    t_rm_rf(f->dir);
-}
+#include "tests/backend_fixture.h"
 
 static job_opts opts(int mode, double seconds)
 {
