@@ -85,6 +85,11 @@ static const key_def keys[] = {
     {{"dstl.batch.persist-delay", "10ms", "duration",
       "how long the batcher gathers persists into one segment; 0 = group commit (flush at once when idle)", 0},
      K_DURATION, NULL, OFF(persist_delay_us), 0, 60 * SEC_US},
+    {{"dstl.batch.close-when-all-in", "false", "bool",
+      "also close a batch before persist-delay once every open writer of the storage has persisted since it "
+      "opened (writers that all persist at one checkpoint barrier); a writer's second persist within the delay "
+      "then goes into the next segment", 0},
+     K_BOOL, NULL, OFF(close_when_all_in), 0, 0},
     {{"dstl.batch.persist-size-threshold", "10mb", "size", "flush a batch early once it holds this many bytes", 0},
      K_SIZE, NULL, OFF(persist_size_threshold_bytes), 1, 4 * GIB},
     {{"dstl.preemptive-persist-threshold", "5mb", "size",

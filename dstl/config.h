@@ -35,6 +35,7 @@ typedef struct {
     uint64_t lease_refresh_ms;           /* dstl.remote.lease-refresh */
     uint64_t lease_timeout_ms;           /* dstl.remote.lease-timeout */
     uint64_t persist_delay_us;
+    int close_when_all_in;               /* dstl.batch.close-when-all-in */
     uint64_t persist_size_threshold_bytes;
     uint64_t preemptive_persist_threshold_bytes;
     uint64_t max_in_flight_bytes;

@@ -50,6 +50,11 @@ typedef struct pipeline_shared {
     /* The loop was kicked and has not taken the queue since: a further kick needs no eventfd
      * write (pipeline_kick). Cleared by the loop when it takes the queue. */
     int kicked;
+    /* dstl.batch.close-when-all-in: the writers that persisted since the open batch's window
+     * began (each writer's persist_epoch says whether it counted in this epoch). The loop
+     * starts a new epoch when it finds them all in. */
+    uint64_t persist_epoch;
+    size_t epoch_writers;
 } pipeline_shared;
 
 /* Starts / stops (after flushing everything queued) the pipeline thread. */

@@ -84,6 +84,7 @@ int dstl_writer_open(dstl_storage *s, const char *writer_id, uint32_t key_group_
         return err_fail(-ENOMEM, "dstl_writer_open: out of memory");
     }
     w->s = s;
+    w->persist_epoch = UINT64_MAX;          /* counted in no epoch yet */
     w->kg_first = key_group_first;
     w->kg_last = key_group_last;
     w->preempt_bytes = s->conf.preemptive_persist_threshold_bytes;
@@ -493,7 +494,13 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
     s->locked.stats.persists++;
     future_build_end(f, rc < 0 ? rc : 0, known ? size : UINT64_MAX);
     chunks_release(w);
-    int wake = queued > 0 && pipeline_kick(s);
+    /* dstl.batch.close-when-all-in: the last writer in lets the loop close the batch now */
+    int all_in = 0;
+    if (s->conf.close_when_all_in && w->persist_epoch != s->locked.pipe.persist_epoch) {
+        w->persist_epoch = s->locked.pipe.persist_epoch;
+        all_in = ++s->locked.pipe.epoch_writers >= s->locked.nwriters;
+    }
+    int wake = (queued > 0 || all_in) && pipeline_kick(s);
     pthread_mutex_unlock(&s->mu);
     future_signal_completed();          /* f, when nothing was left to wait for */
     if (wake) pipeline_wake(s);

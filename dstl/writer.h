@@ -102,6 +102,7 @@ struct dstl_writer {
     char *id;
     uint32_t kg_first, kg_last;
     uint64_t incarnation;                   /* this opening of id in the run (handle identity) */
+    uint64_t persist_epoch;                 /* s->locked.pipe.persist_epoch of its last persist */
     struct dstl_writer *next_open;          /* the storage's open writers, under s->mu */
 
     /* owned by the writer thread */

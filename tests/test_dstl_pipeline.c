@@ -10,6 +10,7 @@
  * wait is bounded by the future's contract (generous slack), so a hang is a failure.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -329,4 +330,89 @@ Test(dstl_pipeline, queued_persists_counts_what_waits_for_its_batch, .timeout = 
     cr_assert_eq(dstl_storage_close(s), 0);
     t_rm_rf(dir);
     free(dir);
+}
+
+/* Three writers w0..w2 on key groups 0-31, 32-63, 64-95. */
+static void open_three(dstl_storage *s, dstl_writer **w)
+{
+    char id[16];
+    for (uint32_t i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "w%u", i);
+        cr_assert_eq(dstl_writer_open(s, id, 32 * i, 32 * i + 31, &w[i]), 0, "%s", dstl_last_error());
+    }
+}
+
+static void close_three(dstl_storage *s, dstl_writer **w, char *dir)
+{
+    for (int i = 0; i < 3; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* dstl.batch.close-when-all-in: a batch closes once every open writer of the storage has
+ * persisted into it, not only at persist-delay (60 s here). With two of three writers in it
+ * stays open; the third's persist closes it, one segment holds all three, and the next round
+ * counts again from none (a count carried over would close it on the first writer). */
+Test(dstl_pipeline, a_batch_closes_once_every_open_writer_persisted_into_it, .timeout = 120)
+{
+    char *dir = t_mkdtemp("allin");
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "60s", "dstl.batch.close-when-all-in", "true",
+                                     NULL);
+    dstl_writer *w[3];
+    open_three(s, w);
+    uint64_t from[3] = {0};
+    for (int round = 1; round <= 2; round++) {
+        dstl_future *f[3];
+        for (uint32_t i = 0; i < 3; i++) t_append_n(w[i], i, 20, 32 * i, 32, 200);
+        for (uint32_t i = 0; i < 2; i++) cr_assert_eq(dstl_persist(w[i], from[i], (uint64_t)round, &f[i]), 0);
+        cr_assert_eq(dstl_future_wait(f[0], 300), -ETIMEDOUT, "round %d: closed with two of three writers in", round);
+        cr_assert_eq(dstl_persist(w[2], from[2], (uint64_t)round, &f[2]), 0);
+        for (uint32_t i = 0; i < 3; i++) {
+            /* the bound: far below the 60 s persist-delay */
+            cr_assert_eq(dstl_future_wait(f[i], 30000), 0, "round %d: writer %u still pending", round, i);
+            dstl_handle *h;
+            cr_assert_eq(dstl_future_result(f[i], &h), 0, "%s", dstl_last_error());
+            dstl_handle_free(h);
+            dstl_future_free(f[i]);
+            from[i] = dstl_writer_next_seq(w[i]);
+        }
+        dstl_stats st;
+        cr_assert_eq(dstl_storage_stats(s, &st), 0);
+        cr_assert_eq(st.segments_written, (uint64_t)round, "round %d: %llu segments", round,
+                     (unsigned long long)st.segments_written);
+    }
+    close_three(s, w, dir);
+}
+
+/* After a batch closed at persist-delay with two of three writers in, the count starts over:
+ * the third writer's persist alone must not close the next batch (it would, on the two
+ * writers counted for the batch before), so it and the other two's next persists share one. */
+Test(dstl_pipeline, a_batch_closed_by_the_delay_leaves_no_writers_counted, .timeout = 120)
+{
+    char *dir = t_mkdtemp("allin-delay");
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "2s", "dstl.batch.close-when-all-in", "true",
+                                     NULL);
+    dstl_writer *w[3];
+    open_three(s, w);
+    for (uint32_t i = 0; i < 3; i++) t_append_n(w[i], i, 20, 32 * i, 32, 200);
+    dstl_handle *h = t_persist(w[0], 0, 1);      /* w0 and w1: closed by the delay */
+    dstl_handle_free(h);
+    dstl_future *f[3];
+    cr_assert_eq(dstl_persist(w[1], 0, 1, &f[1]), 0);
+    cr_assert_eq(dstl_future_wait(f[1], 30000), 0);
+    dstl_future_free(f[1]);
+    for (uint32_t i = 0; i < 3; i++) t_append_n(w[i], i, 20, 32 * i, 32, 200);
+    cr_assert_eq(dstl_persist(w[2], 0, 2, &f[2]), 0);
+    cr_assert_eq(dstl_future_wait(f[2], 300), -ETIMEDOUT, "w2's persist closed a batch of its own");
+    for (uint32_t i = 0; i < 2; i++) cr_assert_eq(dstl_persist(w[i], 0, 2, &f[i]), 0);
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(dstl_future_wait(f[i], 30000), 0);
+        dstl_future_free(f[i]);
+    }
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    cr_assert_eq(st.segments_written, 3, "%llu segments, not 3",
+                 (unsigned long long)st.segments_written);
+    close_three(s, w, dir);
 }

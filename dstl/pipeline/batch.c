@@ -393,6 +393,12 @@ void batch_flush(pipeline_loop *loop)
     wire_section_in *in = calloc(b->n, sizeof *in);
     pthread_mutex_lock(&s->mu);
     if (!b->g) b->g = reg_new_segment(&s->locked.reg);
+    /* dstl.batch.close-when-all-in: the next batch counts its own writers (a count carried
+     * over would close it on writers whose persists went into this one) */
+    if (!b->all_in && b->n) {
+        s->locked.pipe.persist_epoch++;
+        s->locked.pipe.epoch_writers = 0;
+    }
     pthread_mutex_unlock(&s->mu);
     if (!in || !b->g) {
         free(in);

@@ -286,7 +286,7 @@ static int flush_due(const pipeline_loop *loop, int closing, uint64_t now)
         if (waits) return 0;          /* its room comes with a segment's end: a later turn */
         return 1;
     }
-    if (closing || b->bytes >= s->conf.persist_size_threshold_bytes) return 1;
+    if (closing || b->all_in || b->bytes >= s->conf.persist_size_threshold_bytes) return 1;
     if (s->conf.persist_delay_us == 0) return local_writes_in_flight(s) < GROUP_COMMIT_DEPTH;
     return now >= b->opened_ns + s->conf.persist_delay_us * 1000;
 }
@@ -381,6 +381,16 @@ static int take_queue(pipeline_loop *loop, int *has_deletes)
         s->locked.pipe.q_len--;
     }
     if (!s->locked.pipe.q_head) s->locked.pipe.q_tail = &s->locked.pipe.q_head;
+    /* Every writer's persist counted in this epoch is in b now (a persist queues its ranges
+     * before it counts, under this lock). All in: b closes this turn, and persists from here
+     * on count for the next batch. Without b (every persist had nothing to send) the epoch
+     * starts over too, so a later batch does not close on stale counts. */
+    if (s->conf.close_when_all_in && s->locked.nwriters > 0 &&
+        s->locked.pipe.epoch_writers >= s->locked.nwriters) {
+        if (b) b->all_in = 1;
+        s->locked.pipe.persist_epoch++;
+        s->locked.pipe.epoch_writers = 0;
+    }
     *has_deletes = s->locked.reg.delete_head != NULL;
     pthread_mutex_unlock(&s->mu);
     return closing;

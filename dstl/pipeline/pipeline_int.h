@@ -58,6 +58,8 @@ typedef struct batch {
     size_t counted_buf;         /* bytes of the encoded buffer counted in s->locked.pipe.in_flight_bytes */
     struct pipeline_loop *loop; /* the pipeline's (the segment buffer comes from its pool) */
     int deferred;               /* the last flush waited for room (flush_need is its need) */
+    int all_in;                 /* every open writer persisted into it: it closes now
+                                 * (dstl.batch.close-when-all-in) */
     int await_lease;            /* its upload waits for the run's first lease */
     int encoded;                /* its records are in out only (batch_release_records) */
     keyring *keys;              /* the key ring it was sealed under (NULL: plain) */
