@@ -168,6 +168,8 @@ int bk_snapshot_config(dstl_config *c)
     return rc < 0 ? rc : dstl_config_set(c, "dstl.batch.persist-size-threshold", BK_SNAPSHOT_BATCH);
 }
 
+int bk_changelog_config(dstl_config *c) { return dstl_config_set(c, "dstl.batch.close-when-all-in", "true"); }
+
 int bk_env_open(dstl_storage *changelog, dstl_storage *snapshots, bk_env **out)
 {
     if (!snapshots || !out) return -EINVAL;

@@ -74,6 +74,12 @@ void bk_env_close(bk_env *e);
  * dstl.upload.max-in-flight must hold a batch (>= 64 MB). 0 or dstl_config_set's error. */
 #define BK_SNAPSHOT_BATCH "64mb"
 int bk_snapshot_config(dstl_config *c);
+/* Sets, on the config the changelog storage will be opened with, what suits a job whose tasks
+ * all persist at each checkpoint barrier: dstl.batch.close-when-all-in, so the checkpoint's
+ * segment goes out once the last task has persisted rather than persist-delay after the
+ * first (the storage's writers must be the job's changelog writers only). 0 or
+ * dstl_config_set's error. */
+int bk_changelog_config(dstl_config *c);
 
 /* Task `index` of `parallelism` under max_parallelism key groups; writers are named
  * "<job>-t<index>" (changelog) and "<job>-t<index>-snap" on the env's storages. env may be

@@ -40,6 +40,7 @@ static int open_storage(const demo_args *a, const char *sub, int snapshots, cons
     }
     if (rc == 0 && in_flight) rc = dstl_config_set(c, "dstl.upload.max-in-flight", in_flight);
     if (rc == 0 && snapshots) rc = bk_snapshot_config(c);   /* a task's snapshot: one segment */
+    if (rc == 0 && !snapshots) rc = bk_changelog_config(c); /* a checkpoint closes its batch */
     if (rc == 0) rc = dstl_storage_open(c, out);
     if (rc < 0) fprintf(stderr, "dstl-backend-demo: storage %s: %s (%s)\n", sub, dstl_strerror(rc), dstl_last_error());
     dstl_config_free(c);

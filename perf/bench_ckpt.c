@@ -25,7 +25,9 @@
  *   DSTL_CKPT_RESTORES 1 (more: that many timed restores a mode, restore.MODE.againK_s),
  *   DSTL_CKPT_PEER 1 (0: no PUT peer during the changelog mode; see put_peer below),
  *   DSTL_CKPT_YIELD 1 (0: a materialization's copy never answers a barrier: the A/B of
- *   bk_task_set_yield, backend/backend.h).
+ *   bk_task_set_yield, backend/backend.h),
+ *   DSTL_CKPT_ALL_IN 1 (0: the changelog storage without bk_changelog_config's
+ *   dstl.batch.close-when-all-in: every checkpoint's batch waits the full persist-delay).
  * Prints `name value unit` lines; writes OUT_DIR/ckpt-MODE.dat (completion time, duration).
  */
 #include <errno.h>
@@ -91,7 +93,9 @@ static dstl_storage *open_storage(const char *dir, const char *bucket, const cha
     dstl_storage *s = NULL;
     if ((in_flight && dstl_config_set(c, "dstl.upload.max-in-flight", in_flight) < 0) ||
         (timeout && dstl_config_set(c, "dstl.upload.timeout", timeout) < 0) ||
-        (snapshots && bk_snapshot_config(c) < 0) || dstl_storage_open(c, &s) < 0) {
+        (snapshots && bk_snapshot_config(c) < 0) ||
+        (!snapshots && envf("DSTL_CKPT_ALL_IN", 1) != 0 && bk_changelog_config(c) < 0) ||
+        dstl_storage_open(c, &s) < 0) {
         fprintf(stderr, "bench_ckpt: storage %s: %s\n", dir, dstl_last_error());
         exit(1);
     }
