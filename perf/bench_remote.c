@@ -22,9 +22,10 @@
  *       of the old writers whose ranges meet it:
  *       recovery.rescale4.bytes_ratio = the largest one's bytes fetched / a quarter of the
  *       full restore's; recovery.rescale4.share_skew = the largest one's share of the records /
- *       0.25 (the workload's balance: flat out, a thread ahead of the slowest by over 1 MiB
- *       waits for it, at most 20 ms at a time, so every quarter of the writers writes about as
- *       much).
+ *       0.25 (the workload's balance: flat out, the threads append in lockstep by bytes since
+ *       their last materialization, a thread ahead of the slowest by over 1 MiB waits for it,
+ *       so every quarter of the writers' final handles holds about as much, as a real job's
+ *       equal tasks do).
  *   bench_remote put DIR BUCKET SIZE COUNT
  *       COUNT sequential PUTs of SIZE bytes with the same client: remote.put_p50/p99_us.
  */
@@ -96,30 +97,41 @@ typedef struct {
     double rate_bytes_s;         /* this thread's share of the offered load; 0 = flat out */
     uint64_t bytes;
     dstl_handle **last;          /* per writer: the final handle */
-    _Atomic uint64_t *progress;  /* flat out: every thread's bytes appended (balance_wait) */
+    _Atomic uint64_t *progress;  /* flat out: every thread's progress_of (balance_wait) */
+    uint64_t epoch, epoch_bytes; /* materializations so far; bytes appended since the last */
     int nt, self;
 } job;
 
-/* Flat out, a thread ahead of the slowest by more than this (or one round of its own, if
- * larger) waits for it: scheduling alone gave a quarter of the writers (two of eight threads)
- * 47 % of the records, and a rescaled task of that quarter then restores twice its share. */
+/* Flat out, the threads append in lockstep, as a real job's tasks take equal input (the
+ * source spreads it evenly and backpressure holds a task that runs ahead): a thread ahead of
+ * the slowest by more than this (or one round of its own, if larger) waits for it, without a
+ * time limit (a thread blocked in a persist holds back the rest, as backpressure would). What
+ * is balanced is what the final handles hold: the bytes appended since the thread's last
+ * materialization (materializations fall at the same wall-clock second in every thread, so
+ * epochs match). Balancing cumulative bytes with waits capped at 20 ms gave a quarter of the
+ * writers 1.4 x its share of the last 1-2 s (recovery.rescale4.share_skew 1.401), so a
+ * rescaled task of that quarter restored 1.4 x its share whatever the restore did. */
 #define BALANCE_SLACK_BYTES (1u << 20)
-/* A wait lasts at most this long (a slow thread blocked in a persist never stalls the rest). */
-#define BALANCE_MAX_WAIT_S 0.02
+#define EPOCH_SHIFT 40          /* progress = epoch << 40 | bytes since the epoch began */
+
+static uint64_t progress_of(const job *j)
+{
+    uint64_t b = j->epoch_bytes < (1ull << EPOCH_SHIFT) ? j->epoch_bytes : (1ull << EPOCH_SHIFT) - 1;
+    return j->epoch << EPOCH_SHIFT | b;
+}
 
 static void balance_wait(job *j, uint64_t round_bytes)
 {
     uint64_t slack = round_bytes > BALANCE_SLACK_BYTES ? round_bytes : BALANCE_SLACK_BYTES;
-    atomic_store_explicit(&j->progress[j->self], j->bytes, memory_order_relaxed);
-    double until = now_s() + BALANCE_MAX_WAIT_S;
+    uint64_t mine = progress_of(j);
+    atomic_store_explicit(&j->progress[j->self], mine, memory_order_relaxed);
     for (;;) {
         uint64_t min = UINT64_MAX;
         for (int t = 0; t < j->nt; t++) {
             uint64_t b = atomic_load_explicit(&j->progress[t], memory_order_relaxed);
             if (b < min) min = b;
         }
-        double t = now_s();
-        if (j->bytes <= min + slack || t >= until || t >= j->end) return;
+        if (mine <= min + slack || now_s() >= j->end) return;
         usleep(100);
     }
 }
@@ -139,6 +151,9 @@ static void materialize_due(job *j, uint64_t *mat, double *next_mat)
         mat[i] = dstl_writer_next_seq(j->w[i]);
         dstl_truncate(j->w[i], mat[i]);
     }
+    j->epoch++;
+    j->epoch_bytes = 0;
+    if (j->progress) atomic_store_explicit(&j->progress[j->self], progress_of(j), memory_order_relaxed);
 }
 
 /* Each writer: append continuously, persist when its 100 ms interval is up (without waiting
@@ -162,6 +177,7 @@ static void *load_thread(void *arg)
                 if (dstl_append(j->w[i], KG_PER_WRITER * (uint32_t)(j->first + i) + (uint32_t)k, rec, sizeof rec) < 0)
                     die("append");
             j->bytes += 16 * sizeof rec;
+            j->epoch_bytes += 16 * sizeof rec;
         }
         if (j->progress) balance_wait(j, (uint64_t)j->nw * 16 * sizeof rec);
         materialize_due(j, mat, &next_mat);
@@ -364,6 +380,8 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
     printf("recovery.w%d.plan_ms %.1f ms\n", n, r.plan_ms);
     printf("recovery.w%d.fetch_done_ms %.1f ms\n", n, r.fetch_ms);
     printf("recovery.w%d.cpu_ms %.1f ms\n", n, r.cpu_ms);
+    fprintf(stderr, "full: records %.1f MB fetched %.1f MB delivered %.1f MB\n", (double)r.record_bytes / 1e6,
+            (double)r.st.bytes_fetched / 1e6, (double)r.st.bytes_delivered / 1e6);
     if (!rescale) return;
     double worst = 0;
     uint64_t qbytes[4], qsum = 0, qmax = 0;
@@ -382,6 +400,12 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", sub);
         if (system(cmd) != 0) die("rm task dir");
         double ratio = (double)rq.st.bytes_fetched / ((double)r.st.bytes_fetched / 4);
+        /* what a task's bytes are made of: fetched vs delivered (gaps read through, whole
+         * small objects), and its GETs over its objects (diagnostics, not goal lines) */
+        fprintf(stderr, "rescale4 task %d: ratio %.3f records %.1f MB fetched %.1f MB delivered %.1f MB "
+                "objects %" PRIu64 " fetched from %" PRIu64 " GETs %" PRIu64 "\n", q, ratio,
+                (double)rq.record_bytes / 1e6, (double)rq.st.bytes_fetched / 1e6,
+                (double)rq.st.bytes_delivered / 1e6, rq.st.objects, rq.st.objects_fetched, rq.st.get_requests);
         if (ratio > worst) worst = ratio;
         qbytes[q] = rq.record_bytes;
         qsum += qbytes[q];
