@@ -252,19 +252,23 @@ typedef struct {
     dstl_record rec;
 } first_read;
 
-/* The reading storage (its own dir), whose S3 requests all go through the gate G. */
-static dstl_storage *open_through_gate(void)
+/* The reading storage (its own dir), whose S3 requests all go through the gate G; with key
+ * (not NULL) set to val. */
+static dstl_storage *open_through_gate_with(const char *key, const char *val)
 {
     char ep[64];
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
     dstl_config *c = t_config(rdir, NULL);
     t_remote_set_s3(&fx, c);
     cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
+    if (key) cr_assert_eq(dstl_config_set(c, key, val), 0, "%s", dstl_last_error());
     dstl_storage *s = NULL;
     cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
     dstl_config_free(c);
     return s;
 }
+
+static dstl_storage *open_through_gate(void) { return open_through_gate_with(NULL, NULL); }
 
 static void *read_first(void *arg)
 {
@@ -366,6 +370,22 @@ static const wire_seg_ref *seg_of(dstl_handle *const *last, const char *path)
     return NULL;
 }
 
+/* Reads every entry's one handle of plan p in turn: each gives `records` records. */
+static void read_entries(dstl_restore *p, uint32_t n, uint64_t records)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        dstl_reader *r;
+        dstl_record rec;
+        int rc;
+        uint64_t k = 0;
+        cr_assert_eq(dstl_restore_reader_open(p, i, 0, &r), 0, "%s", dstl_last_error());
+        while ((rc = dstl_reader_next(r, &rec)) == 1) k++;
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        cr_assert_eq(k, records, "entry %u", i);
+        dstl_reader_close(r);
+    }
+}
+
 Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_not_an_object)
 {
     /* A server may read a GET's whole range before its first byte: the plan's first GETs (the
@@ -379,17 +399,7 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
     for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
     dstl_restore *p = NULL;
     cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
-    for (uint32_t i = 0; i < NW; i++) {
-        dstl_reader *r;
-        dstl_record rec;
-        int rc;
-        uint64_t k = 0;
-        cr_assert_eq(dstl_restore_reader_open(p, i, 0, &r), 0, "%s", dstl_last_error());
-        while ((rc = dstl_reader_next(r, &rec)) == 1) k++;
-        cr_assert_eq(rc, 0, "%s", dstl_last_error());
-        cr_assert_eq(k, (uint64_t)ROUNDS * PER_ROUND, "writer %u", i);
-        dstl_reader_close(r);
-    }
+    read_entries(p, NW, (uint64_t)ROUNDS * PER_ROUND);
     cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
 
@@ -415,4 +425,70 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
     cr_assert(footer, "the first record's footer is among the first GETs (%llu-%llu, %llu-%llu of %s)", G.req_a[0],
               G.req_b[0], G.req_a[1], G.req_b[1], G.req_path[0]);
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
+}
+
+Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_need_them)
+{
+    /* Tasks restore at once and open their readers in about entry order; each task's object
+     * was written at its own time (as staggered materializations write snapshots). The plan
+     * fetches in the entries' order, not the write order: here the entries are the writers in
+     * reverse write order, one GET at a time (dstl.recovery.connections 1), and after the first
+     * record's object (fetched first, whichever it is) the objects come in entry order. */
+    enum { NO = 6 };
+    dstl_storage *ws = t_remote_open(&fx, wdir, NULL);
+    dstl_handle *h[NO];
+    uint8_t buf[1024];
+    for (uint32_t i = 0; i < NO; i++) {                     /* one segment per writer, in turn */
+        char id[16];
+        snprintf(id, sizeof id, "snap-%u", i);
+        dstl_writer *w;
+        cr_assert_eq(dstl_writer_open(ws, id, 0, 15, &w), 0, "%s", dstl_last_error());
+        for (uint32_t k = 0; k < 16; k++) {
+            uint64_t seq = dstl_writer_next_seq(w);
+            size_t len = payload_make(PAYLOAD_RANDOM, i, seq, sizeof buf, buf);
+            cr_assert_eq(dstl_append(w, k, buf, len), 0, "%s", dstl_last_error());
+        }
+        dstl_future *f;
+        cr_assert_eq(dstl_persist(w, 0, 1, &f), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_future_wait(f, 60000), 0);
+        cr_assert_eq(dstl_future_result(f, &h[i]), 0, "%s", dstl_last_error());
+        dstl_future_free(f);
+        cr_assert_eq(dstl_writer_close(w), 0);
+    }
+    cr_assert_eq(dstl_storage_close(ws), 0, "%s", dstl_last_error());
+    for (uint32_t i = 1; i < NO; i++)
+        cr_assert_gt(strcmp(h[i]->wh->segs[0].name, h[i - 1]->wh->segs[0].name), 0, "segment names follow writes");
+
+    dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
+    dstl_restore_entry e[NO];
+    for (uint32_t i = 0; i < NO; i++)                       /* entry i: writer NO - 1 - i */
+        e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[NO - 1 - i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NO, &p), 0, "%s", dstl_last_error());
+    read_entries(p, NO, 16);
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    /* the writer of each GET's object, each object once, in the order the GETs came */
+    int order[NO], n = 0;
+    pthread_mutex_lock(&G.mu);
+    for (int q = 0; q < G.nreq; q++) {
+        int wi = -1;
+        size_t pl = strlen(G.req_path[q]);
+        for (int i = 0; i < NO; i++) {
+            const char *nm = h[i]->wh->segs[0].name;
+            size_t nl = strlen(nm);
+            if (pl >= nl && strcmp(G.req_path[q] + pl - nl, nm) == 0) wi = i;
+        }
+        cr_assert_geq(wi, 0, "GET %d names no writer's segment: %s", q, G.req_path[q]);
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= order[k] == wi;
+        if (!seen && n < NO) order[n++] = wi;
+    }
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_eq(n, NO, "GETs of %d objects, %d named", n, NO);
+    for (int k = 2; k < n; k++)   /* after the first record's object: entry order, descending writers */
+        cr_assert_lt(order[k], order[k - 1], "object %d fetched was writer %d's, after writer %d's (the entries name "
+                     "writers %d..0 in turn)", k, order[k], order[k - 1], NO - 1);
+    for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
 }

@@ -13,18 +13,23 @@
  *     same ranges its reader will ask for.
  * Every such need is one use of the extents it overlaps (fetch.h); the reader drops its
  * pieces' needs as it passes them (restore_pieces_done) and all the rest when it closes. The
- * fetch order is the segments' name order (run id, then number: the order they were written),
- * which is the order each reader consumes them in.
+ * fetch order is by the first entry and handle naming an object, then its name (run id, then
+ * number: the order they were written, the order each reader consumes a handle's pieces in).
  *
  * Threads: the plan is shared by its readers' threads; `mu` guards the per-handle bookkeeping
  * (open, pieces done) and the readers' counters; the tables made at planning are read-only
  * afterwards.
  */
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "dstl/read/restore.h"
 #include "dstl/read/cache.h"
@@ -38,6 +43,9 @@
 #include "dstl/u64map.h"
 
 enum { NEED_NONE = 0, NEED_DEFERRED = -1 };
+/* A plan object's index (restore_index): not tried yet (or the plan did not hold the footer:
+ * the next reader tries again), one reader fetching and parsing it, parsed, failed. */
+enum { IX_NONE = 0, IX_BUSY = 2, IX_PARSED = 1, IX_FAILED = -1 };
 
 typedef struct {
     int64_t obj;                /* the plan object (index into p->objs), -1 none */
@@ -71,9 +79,9 @@ typedef struct {
     uint32_t fid;               /* the fetch set's id */
     int footer_first;           /* its footer is fetched first (mark_footers_first) */
     int early;                  /* the first record's object (plan_first_record) */
-    int ix_state;               /* 0 not tried, 1 ix parsed, -1 failed (under ix_mu) */
+    size_t first_entry, first_handle;   /* the first (entry, handle) naming it: its fetch order */
+    _Atomic int ix_state;       /* IX_*: ix is read only after IX_PARSED is seen (acquire) */
     wire_index *ix;             /* shared by the readers: read-only once parsed */
-    pthread_mutex_t ix_mu;      /* made by name_objects */
 } plan_obj;
 
 struct dstl_restore {
@@ -87,7 +95,6 @@ struct dstl_restore {
     u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
     int readers;
     keyring *keys;              /* the storage's key file at plan time (NULL: none) */
-    int ix_mu_made;             /* the objects' ix_mu exist */
     uint64_t local_segments, object_bytes;
     uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
     int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
@@ -109,7 +116,8 @@ static uint64_t str_hash(const char *s)
  * its local copy probed) when new. Objects are found by (remote_uri, segment name), which name
  * one object: the key is built only for a new one (1,024 handles name the same few objects
  * tens of thousands of times). */
-static int64_t object_of(dstl_restore *p, const char *huri, const remote_loc *loc, const wire_seg_ref *g)
+static int64_t object_of(dstl_restore *p, const char *huri, const remote_loc *loc, const wire_seg_ref *g,
+                         size_t entry, size_t handle)
 {
     uint64_t h = str_hash(huri) ^ (str_hash(g->name) * 0x9e3779b97f4a7c15ull);
     for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
@@ -125,7 +133,7 @@ static int64_t object_of(dstl_restore *p, const char *huri, const remote_loc *lo
         p->cap_obj = cap;
     }
     plan_obj *o = &p->objs[p->nobj];
-    *o = (plan_obj){.uri = strdup(uri), .g = g, .handle_uri = huri,
+    *o = (plan_obj){.uri = strdup(uri), .g = g, .handle_uri = huri, .first_entry = entry, .first_handle = handle,
                     .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1};
     if (!o->uri || u64map_put(&p->byhash, h, (void *)(uintptr_t)(p->nobj + 1)) < 0) {
         free(o->uri);
@@ -157,7 +165,7 @@ static int map_objects(dstl_restore *p)
                 has = *parsed && remote_parse_uri(parsed, "handle remote uri", &loc) == 0;
             }
             for (size_t g = 0; g < ph->wh->nsegs; g++) {
-                int64_t o = has ? object_of(p, ph->wh->remote_uri, &loc, &ph->wh->segs[g]) : -1;
+                int64_t o = has ? object_of(p, ph->wh->remote_uri, &loc, &ph->wh->segs[g], i, k) : -1;
                 if (o == -2) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
                 ph->seg_obj[g] = o >= 0 && !p->objs[o].local ? o : -1;
             }
@@ -166,22 +174,28 @@ static int map_objects(dstl_restore *p)
     return 0;
 }
 
-static int cmp_obj_name(const void *a, const void *b, void *ctx)
+static int cmp_obj_order(const void *a, const void *b, void *ctx)
 {
-    const plan_obj *o = ctx;
-    return strcmp(o[*(const size_t *)a].g->name, o[*(const size_t *)b].g->name);
+    const plan_obj *x = (const plan_obj *)ctx + *(const size_t *)a, *y = (const plan_obj *)ctx + *(const size_t *)b;
+    if (x->first_entry != y->first_entry) return x->first_entry < y->first_entry ? -1 : 1;
+    if (x->first_handle != y->first_handle) return x->first_handle < y->first_handle ? -1 : 1;
+    return strcmp(x->g->name, y->g->name);
 }
 
-/* Names the fetched objects to the fetch set, in name order (= the order they were written). */
+/* Names the fetched objects to the fetch set in the order readers consume them: by the first
+ * entry and handle naming them (tasks restoring at once open their readers in about entry
+ * order, and a reader reads its handles one after the other), then by name (= the order they
+ * were written, which is the order of a handle's pieces). Name order alone fetched a job's
+ * snapshots, each task's materialized at its own time (staggered), in an order rotated against
+ * the tasks': the first tasks' readers waited for objects fetched last while the bytes of later
+ * tasks arrived, and most of the replay ran after the fetch instead of beside it. */
 static int name_objects(dstl_restore *p)
 {
     size_t *ord = malloc((p->nobj ? p->nobj : 1) * sizeof *ord);
     if (!ord) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     for (size_t i = 0; i < p->nobj; i++) ord[i] = i;
-    qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_name, p->objs);
+    qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_order, p->objs);
     int rc = 0;
-    for (size_t i = 0; i < p->nobj; i++) pthread_mutex_init(&p->objs[i].ix_mu, NULL);
-    p->ix_mu_made = 1;
     for (size_t i = 0; i < p->nobj && rc == 0; i++) {
         plan_obj *o = &p->objs[ord[i]];
         if (!o->local) rc = fetch_object(p->fs, o->bucket, o->key, o->g->object_len, (int64_t)i, &o->fid);
@@ -465,7 +479,7 @@ static int plan_indexed(dstl_restore *p)
         free(buf);
         rc = plan_cut_pieces(p, (int64_t)o, ix);
         p->objs[o].ix = ix;             /* the readers' too (planning runs before any reader) */
-        p->objs[o].ix_state = ix ? 1 : -1;
+        atomic_store_explicit(&p->objs[o].ix_state, ix ? IX_PARSED : IX_FAILED, memory_order_release);
         if (rc == 0) rc = fetch_commit(p->fs, p->objs[o].fid);
         fetch_release(p->fs, p->objs[o].fid, g->footer_offset, len);     /* the planner's own use */
     }
@@ -517,7 +531,6 @@ static void plan_free(dstl_restore *p)
     for (size_t o = 0; o < p->nobj; o++) {
         free(p->objs[o].uri);
         wire_index_free(p->objs[o].ix);
-        if (p->ix_mu_made) pthread_mutex_destroy(&p->objs[o].ix_mu);
     }
     free(p->objs);
     free(p->e);
@@ -698,24 +711,55 @@ int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const
     return fetch_borrow(p->fs, p->objs[obj].fid, off, len, out, msg, cap);
 }
 
+/* Waits while *st is val / wakes every waiter of st: a futex on the state itself, so the
+ * readers waiting for an index (64 of them on the plan's first object) all become runnable
+ * when it is published and need no lock to see it. A mutex held during the fetch made them
+ * queue on it and wake one after another (a convoy of context switches on cores the S3 server
+ * shares), and the first record waited at the end of that queue. */
+static void ix_wait(_Atomic int *st, int val)
+{
+    (void)syscall(SYS_futex, (int *)st, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
+}
+
+static void ix_wake(_Atomic int *st)
+{
+    (void)syscall(SYS_futex, (int *)st, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Fetches (from the plan's bytes) and parses object o's index: IX_PARSED with o->ix set,
+ * IX_FAILED, or IX_NONE when the plan does not hold the footer. */
+static int index_load(dstl_restore *p, plan_obj *o)
+{
+    const wire_seg_ref *g = o->g;
+    size_t len = (size_t)(g->object_len - g->footer_offset);
+    uint8_t *buf = malloc(len ? len : 1);
+    char msg[1200];
+    int rc = buf ? fetch_read(p->fs, o->fid, g->footer_offset, len, buf, msg, sizeof msg) : 0;
+    if (rc == 1)
+        rc = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset, len, o->uri, &o->ix,
+                           msg, sizeof msg) == 0 ? 1 : -1;
+    free(buf);
+    return rc == 1 ? IX_PARSED : rc < 0 ? IX_FAILED : IX_NONE;
+}
+
 const wire_index *restore_index(dstl_restore *p, int64_t obj)
 {
     plan_obj *o = &p->objs[obj];
-    pthread_mutex_lock(&o->ix_mu);
-    if (o->ix_state == 0) {
-        const wire_seg_ref *g = o->g;
-        size_t len = (size_t)(g->object_len - g->footer_offset);
-        uint8_t *buf = malloc(len ? len : 1);
-        char msg[1200];
-        int rc = buf ? fetch_read(p->fs, o->fid, g->footer_offset, len, buf, msg, sizeof msg) : 0;
-        if (rc == 1) rc = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset, len, o->uri,
-                                       &o->ix, msg, sizeof msg) == 0 ? 1 : -1;
-        if (rc != 0) o->ix_state = rc;  /* 0: the plan does not hold the footer: a later reader tries again */
-        free(buf);
+    for (;;) {
+        int st = atomic_load_explicit(&o->ix_state, memory_order_acquire);
+        if (st == IX_PARSED) return o->ix;
+        if (st == IX_FAILED) return NULL;
+        if (st == IX_BUSY) {
+            ix_wait(&o->ix_state, IX_BUSY);
+            continue;
+        }
+        if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) continue;
+        int now = index_load(p, o);
+        atomic_store_explicit(&o->ix_state, now, memory_order_release);
+        ix_wake(&o->ix_state);
+        if (now != IX_PARSED) return NULL;  /* IX_NONE: this reader reads the footer itself */
+        return o->ix;
     }
-    const wire_index *ix = o->ix_state == 1 ? o->ix : NULL;
-    pthread_mutex_unlock(&o->ix_mu);
-    return ix;
 }
 
 /* Drops the needs of pieces [done, end) of ph. Under mu. */
