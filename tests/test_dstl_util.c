@@ -1,11 +1,15 @@
 /*
- * Small components: the u64 hash map (registry) and the latency histogram (stats).
+ * Small components: the u64 hash map (registry), the latency histogram (stats) and the
+ * pipeline's segment buffer pool.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
 
 #include "dstl/histo.h"
+#include "dstl/pipeline/pipeline_int.h"
 #include "dstl/u64map.h"
 #include "tests/helpers.h"
 
@@ -53,4 +57,36 @@ Test(dstl_histo, quantiles_within_one_sixteenth)
     static histo small;
     histo_add(&small, 3);
     cr_expect_eq(histo_quantile(&small, 0.5), 3);
+}
+
+/* ---- segment buffer pool (dstl/pipeline/bufpool.c) ---- */
+
+static int mapped(const void *p)
+{
+    uintptr_t page = (uintptr_t)p & ~(uintptr_t)(POOL_PAGE - 1);
+    return msync((void *)page, POOL_PAGE, MS_ASYNC) == 0;
+}
+
+Test(dstl_bufpool, large_buffers_start_on_a_huge_page_and_unmap_whole)
+{
+    size_t cap = 13u << 20;             /* a segment under load */
+    pooled_buf *b = pool_new(cap);
+    cr_assert_not_null(b);
+    uint8_t *data = (uint8_t *)(b + 1);
+    cr_assert_eq((uintptr_t)data % (2u << 20), 0, "a segment buffer's data at %p is not on a 2 MiB boundary", (void *)data);
+    cr_assert_eq(b->cap, cap);
+    memset(data, 0xab, cap);            /* every byte of cap is writable */
+    cr_assert_eq(data[cap - 1], 0xab);
+    /* O_DIRECT: a small buffer's data starts on a page */
+    pooled_buf *small = pool_new(64u << 10);
+    cr_assert_not_null(small);
+    cr_assert_eq((uintptr_t)(small + 1) % POOL_PAGE, 0);
+    buf_pool p = {0};
+    pool_put(&p, data);
+    pool_put(&p, small + 1);
+    cr_assert_eq(pool_take(&p, cap - 4096), b, "a pooled buffer that fits is reused");
+    pool_put(&p, data);
+    pool_free(&p);
+    /* the whole mapping is gone: the data's first and last pages and the header's page */
+    cr_assert(!mapped(data) && !mapped(data + cap - 1) && !mapped(b), "pool_free left part of a buffer mapped");
 }

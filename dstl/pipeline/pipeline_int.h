@@ -81,6 +81,8 @@ typedef struct batch {
 typedef struct pooled_buf {
     struct pooled_buf *next;
     size_t cap;
+    void *map;                  /* the mapping (munmap) and its length */
+    size_t map_len;
     max_align_t align_[2];      /* keeps the data after the header aligned */
 } pooled_buf;
 
