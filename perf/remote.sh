@@ -8,12 +8,17 @@
 #   remote.put_p99_us                           bare PUTs of the median segment size
 #   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
 #   recovery.wN.{mb_s,requests,first_record_ms}  the flat-out runs' last handles restored from
-#                                               S3 alone by one restore plan, every task at once
+#                                               S3 alone by one restore plan, every task at once,
+#                                               in DSTL_PERF_RECOVERY_ROUNDS rounds (default 3)
+#                                               alternating with the raw GETs below; the median
+#                                               round's lines (recovery.wN.roundK.* each round's)
 #   recovery.wN.{ms,plan_ms,fetch_done_ms,cpu_ms}  where that restore's time goes: in all, in
 #                                               dstl_restore_plan, until its last byte came, and
 #                                               the bench's CPU time (the RGW shares the cores)
-#   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects;
-#                                               vs_raw = the restore's fetched MB/s / raw MB/s
+#   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects,
+#                                               one before or after each restore round (rawget.sh,
+#                                               run by bench_remote); vs_raw = the restores' median
+#                                               fetched MB/s / the raw GETs' median MB/s
 #   recovery.wN.requests_vs_objects             GETs / objects needed (all key groups read)
 #   recovery.small_get_p99_ms                   sequential GETs of a 4 KiB object
 #   recovery.wN.first_record_vs_get             first_record_ms / small_get_p99_ms
@@ -42,6 +47,23 @@ emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
 RATE=${DSTL_PERF_REMOTE_RATE_MB_S:-20}   # offered load for the rate and latency lines
 ONLY=${DSTL_PERF_RECOVERY_ONLY:-0}
+# The raw-GET peer: every object of KEYS_FILE ("key size" lines), 8 at a time (the plan's
+# connections); prints the seconds the GETs took. bench_remote runs it between restore rounds.
+cat > "$W/rawget.sh" <<RAW
+#!/usr/bin/env bash
+set -euo pipefail
+cfg="\$1.cfg"; (umask 077; printf 'user = "%s:%s"\n' "\$S3_ACCESS_KEY" "\$S3_SECRET_KEY" > "\$cfg")
+while read -r key size; do
+  printf 'url = "%s/%s/%s"\noutput = "/dev/null"\n' "$S3_ENDPOINT" "$BUCKET" "\$key" >> "\$cfg"
+done < "\$1"
+t0=\$(date +%s.%N)
+curl -sf --parallel --parallel-max 8 --aws-sigv4 "aws:amz:$REGION:s3" \\
+  -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -K "\$cfg" 2>/dev/null
+t1=\$(date +%s.%N)
+awk -v a="\$t0" -v z="\$t1" 'BEGIN { printf "%.6f\n", z - a }'
+RAW
+chmod +x "$W/rawget.sh"
+export DSTL_PERF_RAW_GET="$W/rawget.sh"
 for n in 16 256 1024; do
   extra=(); [ "$n" = 256 ] && extra=(rescale)
   "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" 0 "$W/keys$n" "${extra[@]}" | emit
@@ -58,22 +80,6 @@ print(f"remote.requests_flatness {r1024 / r16:.3f} x")
 print(f"remote.p99_vs_put {(p99 - 10000) / put:.3f} x")
 PY
 fi
-# raw GETs of the objects each recovery read, 8 at a time (the plan's connections)
-for n in 16 256 1024; do
-  : > "$W/get.cfg"; total=0
-  while read -r key size; do
-    printf 'url = "%s/%s/%s"\noutput = "/dev/null"\n' "$S3_ENDPOINT" "$BUCKET" "$key" >> "$W/get.cfg"
-    total=$((total + size))
-  done < "$W/keys$n"
-  t0=$(date +%s.%N)
-  curl -sf --parallel --parallel-max 8 "${SIG[@]}" -K "$W/get.cfg" 2>/dev/null
-  t1=$(date +%s.%N)
-  echo "recovery.w$n.raw_get_mb_s $(awk -v b="$total" -v a="$t0" -v z="$t1" 'BEGIN{printf "%.1f", b/(z-a)/1e6}') MB/s" | emit
-  awk -v a="$(val recovery.w$n.fetched_mb_s)" -v b="$(val recovery.w$n.raw_get_mb_s)" -v n="$n" \
-    'BEGIN{printf "recovery.w%d.vs_raw %.3f x\n", n, b ? a/b : 0}' | emit
-  awk -v a="$(val recovery.w$n.requests)" -v b="$(val recovery.w$n.objects)" -v n="$n" \
-    'BEGIN{printf "recovery.w%d.requests_vs_objects %.3f x\n", n, b ? a/b : 0}' | emit
-done
 # the latency of a small GET: 50 sequential GETs of a 4 KiB object, p99 (the 50th of 50: the max)
 head -c 4096 /dev/urandom > "$W/small"
 curl -sf -o /dev/null "${SIG[@]}" -T "$W/small" "$S3_ENDPOINT/$BUCKET/perf-small-$$"
