@@ -102,6 +102,9 @@ struct s3_attempt {
     int64_t date_ms;     /* Date of the answer, 0 when none or malformed */
     uint64_t content_length;
     bool have_length;
+    int range_state;     /* a 206's Content-Range against the range asked for: 0 not yet
+                          * checked, 1 it starts there (range_total: the object's size), -1 not */
+    uint64_t range_total;
     int sends;           /* times libcurl sent this attempt's request (re-sends after the
                           * first count as attempts) */
     uint64_t stream_pos; /* GET answered 200: bytes of the whole object seen so far */

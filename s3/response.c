@@ -65,11 +65,17 @@ static void stream_progress(s3_attempt *a)
     if (!r->progress || a->dst_private || a->dst_got <= r->get_final) return;
     uint64_t size = a->have_length ? a->content_length : 0;
     if (a->status == 206) {
-        const char *slash = strchr(a->content_range, '/');
-        char first[32];
-        int k = snprintf(first, sizeof first, "bytes %llu-", (unsigned long long)r->get_offset);
-        if (!slash || strncmp(a->content_range, first, (size_t)k) != 0) return;
-        size = strtoull(slash + 1, NULL, 10);
+        /* checked once per answer (its headers are in before its first byte), not per
+         * delivery: a restore's fetch thread called snprintf for every 16-256 KiB */
+        if (a->range_state == 0) {
+            const char *slash = strchr(a->content_range, '/');
+            char first[32];
+            int k = snprintf(first, sizeof first, "bytes %llu-", (unsigned long long)r->get_offset);
+            a->range_state = slash && strncmp(a->content_range, first, (size_t)k) == 0 ? 1 : -1;
+            if (a->range_state == 1) a->range_total = strtoull(slash + 1, NULL, 10);
+        }
+        if (a->range_state < 0) return;
+        size = a->range_total;
     }
     r->get_final = a->dst_got;
     r->progress(r->progress_ctx, r->get_final, size);

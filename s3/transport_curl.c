@@ -92,6 +92,7 @@ static size_t on_header(char *p, size_t sz, size_t n, void *ud)
         a->date_ms = 0;
         a->have_length = false;
         a->content_length = 0;
+        a->range_state = 0;
         return len;
     }
     const char *colon = memchr(p, ':', len);
