@@ -184,6 +184,7 @@ int bk_env_open(dstl_storage *changelog, dstl_storage *snapshots, bk_env **out)
         free(e);
         return -rc;
     }
+    (void)pthread_setname_np(e->thread, "bk-materialize");
     *out = e;
     return 0;
 }

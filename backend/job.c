@@ -325,6 +325,7 @@ int job_run(job *j, job_result *r)
     for (; started < W; started++) {
         wa[started] = (worker_arg){.j = j, .w = started};
         if (pthread_create(&th[started], NULL, worker, &wa[started])) break;
+        (void)pthread_setname_np(th[started], "bk-worker");
     }
     if (started == W) coordinate(j, r);
     atomic_store(&j->stop, 1);

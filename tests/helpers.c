@@ -3,6 +3,7 @@
  */
 #include "tests/helpers.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -105,4 +106,22 @@ const char *t_data_dir(void)
 {
     const char *d = getenv("DSTL_TEST_DATA");
     return d && *d ? d : "tests/data";
+}
+
+int t_thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        if (fgets(comm, sizeof comm, f)) comm[strcspn(comm, "\n")] = '\0';
+        fclose(f);
+        found = strcmp(comm, name) == 0;
+    }
+    closedir(d);
+    return found;
 }

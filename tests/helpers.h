@@ -23,6 +23,8 @@ uint64_t t_rand(uint64_t *state);
  * golden files (tests/data/wire_segment_v1.hex) pin these bytes; record payloads everywhere
  * else come from tests/payload.h. */
 void t_fill(void *buf, size_t len, uint64_t seed);
+/* Whether a thread of this process is named name (/proc/self/task/N/comm). */
+int t_thread_named(const char *name);
 /* Directory of the repository's tests/data (DSTL_TEST_DATA, else "tests/data"). */
 const char *t_data_dir(void);
 

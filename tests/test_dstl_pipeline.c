@@ -416,3 +416,19 @@ Test(dstl_pipeline, a_batch_closed_by_the_delay_leaves_no_writers_counted, .time
                  (unsigned long long)st.segments_written);
     close_three(s, w, dir);
 }
+
+/* ---- the pipeline's thread is named (top -H, perf, gdb tell it from the application's) ---- */
+
+Test(dstl_pipeline, its_thread_is_named_dstl_pipeline)
+{
+    char *dir = t_mkdtemp("names");
+    dstl_storage *s = t_storage_open(dir, NULL);
+    dstl_writer *w;
+    cr_assert_eq(dstl_writer_open(s, "n", 0, 0, &w), 0, "%s", dstl_last_error());
+    t_append_n(w, 0, 10, 0, 1, 100);
+    dstl_handle *h = t_persist(w, 0, 1);      /* the pipeline has run a turn */
+    cr_assert(t_thread_named("dstl-pipeline"), "no thread of this process is named dstl-pipeline");
+    dstl_handle_free(h);
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}

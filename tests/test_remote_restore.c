@@ -221,6 +221,10 @@ static dstl_restore *plan_all(dstl_storage *s, const job *jb, uint32_t kgf, uint
         e[i] = (dstl_restore_entry){(const dstl_handle *const *)&jb->last[i], 1, kgf, kgl};
     dstl_restore *p = NULL;
     cr_assert_eq(dstl_restore_plan(s, e, jb->nwriters, &p), 0, "%s", dstl_last_error());
+    dstl_restore_stats st;
+    cr_assert_eq(dstl_restore_get_stats(p, &st), 0);
+    if (st.objects > st.local_segments)     /* objects to fetch: the plan's own thread runs */
+        cr_assert(t_thread_named("dstl-fetch"), "the plan's fetch thread is not named dstl-fetch");
     return p;
 }
 

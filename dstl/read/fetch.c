@@ -418,6 +418,7 @@ int fetch_new(const fetch_opts *o, fetch_set **out)
         free(f);
         return err_fail(-rc, "restore: cannot start the fetch thread: %s", strerror(rc));
     }
+    (void)pthread_setname_np(f->thread, "dstl-fetch");      /* top -H, perf, gdb */
     *out = f;
     return 0;
 }
