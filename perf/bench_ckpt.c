@@ -46,6 +46,7 @@
 #include "dstl/config.h"
 #include "dstl/remote/remote.h"
 #include "s3/s3.h"
+#include "perf/put_peer.h"
 
 /* S3 Standard prices (us-east-1, as published in 2026): what usd_per_month is computed from. */
 #define USD_PER_1000_PUT 0.005
@@ -106,95 +107,17 @@ static dstl_storage *open_storage(const char *dir, const char *bucket, const cha
 }
 
 /* ---- the PUT peer: the budget's PUT p99, measured in the same run ------------------------
- * During the changelog mode a thread of its own, with its own S3 client (its own connection),
- * PUTs once per checkpoint interval a body of the changelog's mean segment size so far (its
- * storage's segment_bytes / segments_written since the mode began), then deletes it: the work
- * of one changelog persist, done next to the job's, under the same snapshot uploads, CPU and
- * RGW. ckpt.changelog.peer_put_p99_ms is what perf/ckpt.sh's budget is computed from. */
-typedef struct {
-    dstl_storage *cl;                  /* whose segment size it follows */
-    dstl_stats base;
-    const char *bucket;
-    double interval_s;
-    atomic_int stop;
-    double *ms, *at;                   /* each PUT's latency, and when it ended (since t0) */
-    double t0;                         /* taken just before job_run: the job's time base */
-    size_t n, cap;
-    uint64_t bytes, errors;
-    s3_client *cli;
-} put_peer;
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void *peer_main(void *arg)
-{
-    put_peer *pp = arg;
-    uint8_t *buf = NULL;
-    size_t bcap = 0;
-    double next = mono_s() + pp->interval_s;
-    for (uint64_t i = 0; !atomic_load(&pp->stop); i++) {
-        while (!atomic_load(&pp->stop) && mono_s() < next) usleep(2000);
-        next += pp->interval_s;
-        if (mono_s() > next) next = mono_s() + pp->interval_s;   /* a slow PUT: no catching up */
-        dstl_stats st;
-        if (atomic_load(&pp->stop) || dstl_storage_stats(pp->cl, &st) < 0) continue;
-        uint64_t segs = st.segments_written - pp->base.segments_written;
-        size_t size = segs ? (size_t)((st.segment_bytes - pp->base.segment_bytes) / segs) : 0;
-        if (!size) continue;
-        if (size > bcap) {
-            uint8_t *nb = realloc(buf, size);
-            if (!nb) break;
-            for (size_t k = bcap; k < size; k++) nb[k] = (uint8_t)(k * 2654435761u >> 24);
-            buf = nb;
-            bcap = size;
-        }
-        if (pp->n == pp->cap) {
-            size_t nc = pp->cap ? pp->cap * 2 : 512;
-            double *m = realloc(pp->ms, nc * sizeof *m), *a = m ? realloc(pp->at, nc * sizeof *a) : NULL;
-            if (m) pp->ms = m;
-            if (!a) break;
-            pp->at = a;
-            pp->cap = nc;
-        }
-        char key[128];
-        snprintf(key, sizeof key, "ckpt-peer/%d-%" PRIu64, (int)getpid(), i);
-        s3_result r;
-        double t0 = mono_s();
-        if (s3_put_object_sync(pp->cli, pp->bucket, key, buf, size, false, &r) < 0) {
-            pp->errors++;
-            continue;
-        }
-        pp->at[pp->n] = mono_s() - pp->t0;
-        pp->ms[pp->n++] = (mono_s() - t0) * 1e3;
-        pp->bytes += size;
-        s3_delete_object_sync(pp->cli, pp->bucket, key, &r);
-    }
-    free(buf);
-    return NULL;
-}
+ * During the changelog mode perf/put_peer.h's peer PUTs once per checkpoint interval a body
+ * of the changelog's mean segment size so far, on its own connection: the work of one
+ * changelog persist, done next to the job's, under the same snapshot uploads, CPU and RGW.
+ * ckpt.changelog.peer_put_p99_ms is what perf/ckpt.sh's budget is computed from. */
 
 /* Starts the peer (0), or says why not (-1: the figure is then missing, the run goes on). */
 static int peer_start(put_peer *pp, pthread_t *th, dstl_storage *cl, const char *dir, const char *bucket)
 {
     dstl_config *c = s3_config(dir, bucket, "ckpt-peer");
-    config_values cv;
-    int rc = config_resolve(c, &cv) < 0 || remote_client_new(&cv, &pp->cli) < 0 ? -1 : 0;
+    int rc = put_peer_start(pp, th, cl, c, bucket, "ckpt-peer", pp->interval_s);
     dstl_config_free(c);
-    pp->cl = cl;
-    pp->bucket = bucket;
-    if (rc == 0 && dstl_storage_stats(cl, &pp->base) < 0) rc = -1;
-    pp->t0 = mono_s();
-    if (rc == 0 && pthread_create(th, NULL, peer_main, pp)) rc = -1;
-    if (rc < 0) {
-        fprintf(stderr, "bench_ckpt: PUT peer not started: %s\n", dstl_last_error());
-        s3_client_free(pp->cli);
-        pp->cli = NULL;
-    }
     return rc;
 }
 
@@ -202,8 +125,7 @@ static int peer_start(put_peer *pp, pthread_t *th, dstl_storage *cl, const char 
  * time base of ckpt-changelog.dat. */
 static void peer_stop(put_peer *pp, pthread_t th, const char *out)
 {
-    atomic_store(&pp->stop, 1);
-    pthread_join(th, NULL);
+    put_peer_stop(pp, th);
     char path[1024];
     snprintf(path, sizeof path, "%s/ckpt-peer.dat", out);
     FILE *f = fopen(path, "w");
@@ -214,7 +136,6 @@ static void peer_stop(put_peer *pp, pthread_t th, const char *out)
     printf("ckpt.changelog.peer_put_bytes %.0f bytes\n", pp->n ? (double)pp->bytes / (double)pp->n : 0.0);
     printf("ckpt.changelog.peer_put_p50_ms %.1f ms\n", job_quantile(pp->ms, pp->n, 0.5));
     printf("ckpt.changelog.peer_put_p99_ms %.1f ms\n", job_quantile(pp->ms, pp->n, 0.99));
-    s3_client_free(pp->cli);
     free(pp->ms);
     free(pp->at);
 }

@@ -47,6 +47,7 @@
 #include "dstl/histo.h"
 #include "dstl/remote/remote.h"
 #include "perf/perf_dump.h"
+#include "perf/put_peer.h"
 #include "tests/payload.h"
 
 /* Each writer owns a range of this many key groups (as a task of a keyed operator does: its
@@ -528,6 +529,12 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
     }
     dstl_stats st0;
     dstl_storage_stats(s, &st0);
+    /* At an offered load, a PUT peer of the run's mean segment size once per checkpoint
+     * interval, on its own connection (perf/put_peer.h): remote.p99_vs_put's denominator */
+    put_peer pp = {0};
+    pthread_t pth;
+    dstl_config *pc = rate_mb_s > 0 ? remote_config("/tmp", bucket, "put-peer") : NULL;
+    int peer = pc ? put_peer_start(&pp, &pth, s, pc, bucket, "put-peer", 0.1) : -1;
     for (int t = 0; t < nt; t++) pthread_create(&th[t], NULL, load_thread, &jobs[t]);
     uint64_t bytes = 0;
     for (int t = 0; t < nt; t++) {
@@ -535,6 +542,17 @@ static int bench_load(const char *dir, const char *bucket, int n, double secs, d
         bytes += jobs[t].bytes;
     }
     double el = now_s() - t0;
+    if (peer == 0) {
+        put_peer_stop(&pp, pth);
+        printf("remote.w%d.peer_puts %zu count\n", n, pp.n);
+        printf("remote.w%d.peer_put_errors %" PRIu64 " count\n", n, pp.errors);
+        printf("remote.w%d.peer_put_bytes %.0f B\n", n, pp.n ? (double)pp.bytes / (double)pp.n : 0.0);
+        printf("remote.w%d.peer_put_p50_us %.0f us\n", n, put_peer_quantile(&pp, 0.5) * 1e3);
+        printf("remote.w%d.peer_put_p99_us %.0f us\n", n, put_peer_quantile(&pp, 0.99) * 1e3);
+        free(pp.ms);
+        free(pp.at);
+    }
+    dstl_config_free(pc);
     dstl_stats st;
     dstl_storage_stats(s, &st);
     /* Flat out: throughput (and the latency that comes with a saturated server). At an

@@ -5,8 +5,12 @@
 #   remote.wN.{requests_s,persist_p99_us}       the same writers offering 20 MB/s in all
 #                                               (DSTL_PERF_REMOTE_RATE_MB_S)
 #   remote.requests_flatness                    w1024 requests/s / w16 requests/s
-#   remote.put_p99_us                           bare PUTs of the median segment size
-#   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / put p99
+#   remote.wN.peer_put_{p50,p99}_us             the rate runs' PUT peer: a PUT of the run's mean
+#                                               segment size every 100 ms on its own connection,
+#                                               during the run (perf/put_peer.h)
+#   remote.p99_vs_put                           (w256 persist p99 - persist-delay) / w256 peer p99
+#   remote.put_p99_us, remote.p99_vs_idle_put   50 bare PUTs of that size after the runs, to
+#                                               the idle server, and the ratio against them
 #   recovery.wN.{mb_s,requests,first_record_ms}  the flat-out runs' last handles restored from
 #                                               S3 alone by one restore plan, every task at once,
 #                                               in DSTL_PERF_RECOVERY_ROUNDS rounds (default 3)
@@ -73,11 +77,12 @@ if [ "$ONLY" != 1 ]; then
 seg=$(val remote.w256.segment_mean_bytes); seg=${seg%.*}; seg=${seg:-1048576}
 "$B/perf/bench_remote" put "$W/p" "$BUCKET" "$seg" 50 | emit
 python3 - "$(val remote.w1024.requests_s)" "$(val remote.w16.requests_s)" "$(val remote.w256.persist_p99_us)" \
-  "$(val remote.put_p99_us)" <<'PY' | emit
+  "$(val remote.w256.peer_put_p99_us)" "$(val remote.put_p99_us)" <<'PY' | emit
 import sys
-r1024, r16, p99, put = (float(x or 'nan') for x in sys.argv[1:5])
+r1024, r16, p99, peer, idle = (float(x or 'nan') for x in sys.argv[1:6])
 print(f"remote.requests_flatness {r1024 / r16:.3f} x")
-print(f"remote.p99_vs_put {(p99 - 10000) / put:.3f} x")
+print(f"remote.p99_vs_put {(p99 - 10000) / peer:.3f} x")
+print(f"remote.p99_vs_idle_put {(p99 - 10000) / idle:.3f} x")
 PY
 fi
 # the latency of a small GET: 50 sequential GETs of a 4 KiB object, p99 (the 50th of 50: the max)
