@@ -47,8 +47,13 @@ static void chunks_release(dstl_writer *w)
 static int chunk_grow(dstl_writer *w, size_t need)
 {
     /* Sized to what this writer holds unsent (it grows geometrically while records pile up
-     * between hand-offs and starts small again after one), within CHUNK_MIN..CHUNK_MAX. */
+     * between hand-offs), or to what its last hand-off held beyond that (a writer persisting
+     * at a steady rate fills about as much between hand-offs each time: starting small again
+     * after one made each round's chunks 4 + 4 + 8 + ... KiB, twice its records in memory and
+     * a malloc per doubling), within CHUNK_MIN..CHUNK_MAX. */
     size_t want = w->unsent_bytes > need ? (size_t)w->unsent_bytes : need, cap = CHUNK_MIN;
+    if (w->last_handoff_bytes > w->unsent_bytes && w->last_handoff_bytes - w->unsent_bytes > want)
+        want = (size_t)(w->last_handoff_bytes - w->unsent_bytes);
     while (cap < want && cap < CHUNK_MAX) cap *= 2;
     if (cap < need) cap = need;
     chunk *c = chunk_new(&w->s->chunks, cap, w->next_seq, w->payload_total);
@@ -290,6 +295,7 @@ static int handoff_tail(dstl_writer *w, range **out)
     w->sent_off = w->tail->used;
     w->sent_seq = w->next_seq;
     w->sent_payload = w->payload_total;
+    w->last_handoff_bytes = w->unsent_bytes;
     w->unsent_bytes = 0;
     *out = r;
     return 0;

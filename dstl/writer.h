@@ -113,6 +113,7 @@ struct dstl_writer {
     size_t sent_off;
     uint64_t sent_seq, sent_payload;
     uint64_t unsent_bytes;                  /* pending-record bytes not yet handed off */
+    uint64_t last_handoff_bytes;            /* unsent_bytes at the last hand-off (chunk_grow) */
     uint64_t preempt_bytes;                 /* = dstl.preemptive-persist-threshold */
     /* The unsent records' tally (what the encoder's counting sort needs), kept at append:
      * tally[kg - kg_first] for the writer's key groups (NULL when it owns more than

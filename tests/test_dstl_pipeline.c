@@ -19,6 +19,7 @@
 
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "dstl/writer.h"
 
 #define GC_WRITERS 4
 #define GC_RECORDS 400          /* ~240 KiB per writer: several preemptive hand-offs each */
@@ -429,6 +430,42 @@ Test(dstl_pipeline, its_thread_is_named_dstl_pipeline)
     dstl_handle *h = t_persist(w, 0, 1);      /* the pipeline has run a turn */
     cr_assert(t_thread_named("dstl-pipeline"), "no thread of this process is named dstl-pipeline");
     dstl_handle_free(h);
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
+
+/* ---- writer chunks: a steady writer's round lives in about one chunk ---- */
+
+/* Chunks from the writer's first unsent record to its tail (the writer thread's own list). */
+static int unsent_chunks(const dstl_writer *w)
+{
+    int n = 0;
+    for (const chunk *c = w->sent_chunk; c; c = c->next) n++;
+    return n;
+}
+
+Test(dstl_pipeline, a_steady_writers_round_fills_about_one_chunk)
+{
+    char *dir = t_mkdtemp("chunks");
+    dstl_storage *s = t_storage_open(dir, NULL);
+    dstl_writer *w;
+    cr_assert_eq(dstl_writer_open(s, "c", 0, 63, &w), 0, "%s", dstl_last_error());
+    uint8_t rec[1000];
+    memset(rec, 7, sizeof rec);
+    uint64_t from = 0;
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 60; i++)            /* ~60 KB a round, as between checkpoints */
+            cr_assert_eq(dstl_append(w, (uint32_t)(i % 64), rec, sizeof rec), 0, "%s", dstl_last_error());
+        if (round >= 2)
+            /* before: chunks restarted at 4 KiB after every hand-off and doubled, so a round's
+             * records spread over 5 chunks of 4 + 4 + 8 + 16 + 32 KiB (twice the records) */
+            cr_assert_leq(unsent_chunks(w), 2, "round %d: its ~60 KB of records are in %d chunks", round,
+                          unsent_chunks(w));
+        dstl_handle *h = t_persist(w, from, (uint64_t)round + 1);
+        from = dstl_handle_to_seq(h);
+        dstl_handle_free(h);
+        cr_assert_eq(dstl_truncate(w, from), 0);
+    }
     dstl_writer_close(w);
     cr_assert_eq(dstl_storage_close(s), 0);
 }
