@@ -35,6 +35,9 @@ typedef struct chunk {
 
 #define CHUNK_MIN (4u << 10)    /* 4 KiB: 1,000 idle writers hold 4 MiB */
 #define CHUNK_MAX (1u << 20)    /* 1 MiB: a busy writer mallocs once per ~10,000 small records */
+/* The most a chunk is sized by the last hand-off (chunk_grow): larger ones would come from
+ * mmap (glibc's threshold starts at 128 KiB) and be faulted in afresh after every hand-off. */
+#define CHUNK_HINT_MAX (64u << 10)
 #define WRITER_TALLY_MAX_KG 4096u   /* a writer owning more key groups keeps no tally (24 B each) */
 #define CHUNK_CLASSES 9         /* 4 KiB .. 1 MiB, powers of two */
 /* Freed chunks are kept for reuse up to this many bytes per storage: a fresh page costs a
