@@ -30,7 +30,11 @@ pooled_buf *pool_new(size_t cap)
     void *base = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (base == MAP_FAILED) return NULL;
     uintptr_t data = ((uintptr_t)base + POOL_PAGE + align - 1) & ~(uintptr_t)(align - 1);
-    if (align == POOL_HUGE) (void)madvise((void *)data, (cap + POOL_HUGE - 1) & ~(size_t)(POOL_HUGE - 1), MADV_HUGEPAGE);
+    if (align == POOL_HUGE) {
+        /* the huge pages the data spans, within the mapping (a last partial one stays small) */
+        size_t span = (cap + POOL_HUGE - 1) & ~(size_t)(POOL_HUGE - 1), room = (uintptr_t)base + map_len - data;
+        (void)madvise((void *)data, span < room ? span : room, MADV_HUGEPAGE);
+    }
     pooled_buf *b = (pooled_buf *)data - 1;
     b->cap = cap;
     b->map = base;
