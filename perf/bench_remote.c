@@ -360,9 +360,8 @@ static restore_result restore_once(dstl_storage *s, dstl_handle **h, int n, int 
 }
 
 /* The raw-GET peer (DSTL_PERF_RAW_GET: a command given KEYS_FILE that GETs every object in it
- * and prints the seconds its GETs took, perf/remote.sh's rawget.sh): run in the same process
- * run as the restores, alternating with them, so both see the server in the same state. 0 when
- * there is no peer. */
+ * and prints the seconds its GETs took, perf/remote.sh's rawget.sh): run by this process
+ * between the restores, so both see the server in the same state. 0 when there is no peer. */
 static double raw_get_mb_s(const char *keys_file, uint64_t bytes)
 {
     const char *cmd = getenv("DSTL_PERF_RAW_GET");
@@ -377,17 +376,11 @@ static double raw_get_mb_s(const char *keys_file, uint64_t bytes)
     return (double)bytes / secs / 1e6;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double median(const double *v, int n)
 {
     double t[16];
     memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    qsort(t, (size_t)n, sizeof *t, put_peer_cmp);
     return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
 }
 
@@ -438,10 +431,9 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
     printf("recovery.w%d.objects %" PRIu64 " objects\n", n, r.st.objects);
     printf("recovery.w%d.object_bytes %" PRIu64 " B\n", n, r.st.object_bytes);
     printf("recovery.w%d.requests %" PRIu64 " GETs\n", n, r.st.get_requests);
-    printf("recovery.w%d.requests_per_object %.3f x\n", n,
-           r.st.objects ? (double)r.st.get_requests / (double)r.st.objects : 0.0);
-    printf("recovery.w%d.requests_vs_objects %.3f x\n", n,
-           r.st.objects ? (double)r.st.get_requests / (double)r.st.objects : 0.0);
+    double per_object = r.st.objects ? (double)r.st.get_requests / (double)r.st.objects : 0.0;
+    printf("recovery.w%d.requests_per_object %.3f x\n", n, per_object);
+    printf("recovery.w%d.requests_vs_objects %.3f x\n", n, per_object);   /* the goal's name */
     printf("recovery.w%d.first_record_ms %.1f ms\n", n, median(first, rounds));
     printf("recovery.w%d.held_peak_mb %.1f MB\n", n, (double)r.st.held_peak_bytes / 1e6);
     printf("recovery.w%d.ms %.1f ms\n", n, r.secs * 1e3);
