@@ -20,6 +20,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "dstl.h"
 #include "dstl/read/fetch.h"
 #include "s3/s3.h"
 #include "s3/s3_int.h"
@@ -282,5 +283,49 @@ Test(remote_restore_stream, whole_sections_less_than_256_kib_apart_are_one_get)
     pthread_mutex_unlock(&F.mu);
     for (uint32_t k = 0; k < 5; k++) fetch_release(f, id, k * 200000u, 50000);
     fetch_release(f, id, OBJ_LEN - 1000, 1000);
+    fetch_free(f);
+}
+
+Test(remote_restore_stream, a_range_needed_many_times_is_held_until_its_last_use_and_bad_spans_add_nothing)
+{
+    /* a footer named by three pieces: one range with three uses (fetch_need_uses), held until
+     * the third release; a batch of spans with one outside the object is refused whole, naming
+     * the object, and none of it is fetched */
+    reset(0, 0);
+    uint32_t id;
+    fetch_set *f = fake_set(&id);
+    cr_assert_eq(fetch_need_uses(f, id, OBJ_LEN - 1000, 1000, 0), -EINVAL, "no use at all");
+    const fetch_span bad[2] = {{0, 4000}, {OBJ_LEN - 10, OBJ_LEN + 1}};
+    cr_assert_eq(fetch_need_spans(f, id, bad, 2), -EINVAL);
+    cr_assert(strstr(dstl_last_error(), "obj"), "the detail names the object: %s", dstl_last_error());
+    cr_assert_eq(fetch_need_uses(f, id, OBJ_LEN - 1000, 1000, 3), 0);
+    cr_assert_eq(fetch_commit(f, id), 0);
+    uint8_t dst[1000];
+    char msg[256];
+    cr_assert_eq(fetch_read(f, id, OBJ_LEN - 1000, sizeof dst, dst, msg, sizeof msg), 1, "%s", msg);
+    for (size_t i = 0; i < sizeof dst; i++) cr_assert_eq(dst[i], obj_byte(OBJ_LEN - 1000 + i));
+    pthread_mutex_lock(&F.mu);
+    cr_assert_eq(F.gets, 1, "%d GETs", F.gets);
+    char footer[64];
+    snprintf(footer, sizeof footer, "%u-%u", OBJ_LEN - 1000, OBJ_LEN - 1);
+    cr_assert_str_eq(F.ranges[0], footer, "the footer alone: the refused spans added nothing");
+    pthread_mutex_unlock(&F.mu);
+    fetch_stats st;
+    /* the bytes are in once read; the GET may still be ending (an extent in flight is freed
+     * when it ends): wait for that, so the releases below are all that decides */
+    for (int t = 0; t < 5000; t++) {
+        fetch_get_stats(f, &st);
+        if (st.objects_fetched == 1) break;
+        usleep(1000);
+    }
+    cr_assert_eq(st.objects_fetched, 1, "the footer's GET did not end");
+    for (int k = 0; k < 2; k++) {
+        fetch_release(f, id, OBJ_LEN - 1000, 1000);
+        fetch_get_stats(f, &st);
+        cr_assert_eq(st.held_bytes, 1000, "after release %d of 3 the footer is still held", k + 1);
+    }
+    fetch_release(f, id, OBJ_LEN - 1000, 1000);
+    fetch_get_stats(f, &st);
+    cr_assert_eq(st.held_bytes, 0, "the last use released frees it");
     fetch_free(f);
 }

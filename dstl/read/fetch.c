@@ -2,9 +2,10 @@
  * dstl/read/fetch.c — the restore plan's fetch layer (see fetch.h): extents of remote objects,
  * fetched once by the set's own thread, held in memory while some reader needs them.
  *
- * Structure: objects in an array (id = index), each with its pending ranges and its extents
- * (disjoint, sorted by offset). Extents are allocated one by one (a GET's callback holds its
- * extent's address). `held` is the bytes of extents in memory (ready, or in flight).
+ * Structure (fetch_int.h): objects in an array (id = index), each with its pending ranges and
+ * its extents (disjoint, sorted by offset), made from the plan's needs in fetch_needs.c.
+ * Extents are allocated one by one (a GET's callback holds its extent's address). `held` is
+ * the bytes of extents in memory (ready, or in flight).
  *
  * Streaming: an extent's GET hands its bytes over as they arrive (s3_get_object_stream):
  * `got` says how many from its start are final, so a read of bytes below it is served while
@@ -48,71 +49,8 @@
 /* How long extents marked first may hold back the others before they are complete: longer
  * than a small GET takes (a few ms), short beside a restore. */
 #define FETCH_FIRST_HOLD_MS 50u
-/* An object this small is fetched whole, in one GET, whatever ranges of it are needed or
- * marked first: a request's round trip and overhead cost more than its unneeded bytes. */
-#define FETCH_SMALL_WHOLE_BYTES (512u << 10)
+#include "dstl/read/fetch_int.h"
 
-enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
-
-typedef struct fetch_set fetch_set;
-
-/* A reader waiting for bytes up to object offset `need` of one extent. */
-typedef struct waiter {
-    pthread_cond_t cv;
-    uint64_t need;
-    struct waiter *next;
-} waiter;
-
-typedef struct extent {
-    fetch_set *f;
-    uint32_t obj;
-    int state;
-    uint64_t off, len;
-    uint64_t obj_len;           /* the object's length (checked against what a GET names) */
-    int uses, waiters;
-    int reserved;               /* the reserve hook counted len */
-    int first;                  /* fetched before the object's other extents (fetch_first) */
-    uint64_t started_ms;        /* when its GET started */
-    _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
-    _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
-    waiter *wl;
-    uint8_t *buf;
-    s3_op *op;
-    int err;
-    char msg[1200];
-} extent;
-
-typedef struct {
-    uint64_t off, end;
-} span;
-
-#define FETCH_FIRST_MAX 2
-
-typedef struct {
-    char *bucket, *key;
-    uint64_t len;
-    int64_t prio;
-    span *pend;
-    size_t npend, cap_pend;
-    extent **ext;               /* sorted by off, disjoint */
-    size_t next, cap_ext;
-    int fetched;
-    span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
-    int nfirst, sections;           /* fetch_sections */
-} object;
-
-struct fetch_set {
-    pthread_mutex_t mu;
-    pthread_t thread;
-    int stop;
-    fetch_opts o;
-    object *objs;
-    size_t nobj, cap_obj;
-    unsigned inflight;
-    uint64_t held;
-    uint64_t blocked_since_ms;  /* 0: not blocked */
-    fetch_stats st;
-};
 
 static uint64_t now_ms(void)
 {
@@ -121,7 +59,7 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
+int fetch_grow(void **p, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap * 2 : 8;
@@ -213,7 +151,7 @@ static void drop_bytes(fetch_set *f, extent *x)
 
 /* An extent nobody needs any more gives its bytes back (one in flight when its GET ends; a
  * failed one kept what it had streamed while readers held uses of it). */
-static void unused(fetch_set *f, extent *x)
+void fetch_unused(fetch_set *f, extent *x)
 {
     if ((x->state == X_READY || x->state == X_FAILED) && x->buf) drop_bytes(f, x);
     if (x->state == X_READY || x->state == X_QUEUED) x->state = X_RELEASED;
@@ -255,7 +193,7 @@ static void on_get(void *ctx, const s3_result *res)
         }
     }
     /* a failed extent's streamed bytes stay while readers hold uses (they may point there) */
-    if (x->uses == 0) unused(f, x);
+    if (x->uses == 0) fetch_unused(f, x);
     set_state(x, x->state);
     pthread_mutex_unlock(&f->mu);
 }
@@ -446,203 +384,6 @@ void fetch_free(fetch_set *f)
     free(f->objs);
     pthread_mutex_destroy(&f->mu);
     free(f);
-}
-
-/* ---- needs ---- */
-
-int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t object_len, int64_t prio,
-                 uint32_t *id)
-{
-    pthread_mutex_lock(&f->mu);
-    int rc = grow((void **)&f->objs, &f->cap_obj, f->nobj + 1, sizeof *f->objs);
-    object *ob = rc ? NULL : &f->objs[f->nobj];
-    if (ob) {
-        *ob = (object){.bucket = strdup(bucket), .key = strdup(key), .len = object_len, .prio = prio};
-        if (!ob->bucket || !ob->key) {
-            free(ob->bucket);
-            free(ob->key);
-            rc = -ENOMEM;
-        } else {
-            *id = (uint32_t)f->nobj++;
-            f->st.objects++;
-        }
-    }
-    pthread_mutex_unlock(&f->mu);
-    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
-}
-
-int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
-{
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    int rc = off + len > ob->len || len == 0 ? -EINVAL : grow((void **)&ob->pend, &ob->cap_pend, ob->npend + 1,
-                                                                sizeof *ob->pend);
-    if (rc == 0) ob->pend[ob->npend++] = (span){off, off + len};
-    pthread_mutex_unlock(&f->mu);
-    if (rc == -EINVAL)
-        return err_fail(rc, "restore: range %llu+%llu outside object %s (%llu bytes)", (unsigned long long)off,
-                        (unsigned long long)len, ob->key, (unsigned long long)ob->len);
-    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
-}
-
-static int cmp_span(const void *a, const void *b)
-{
-    const span *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* Adds an extent [off, end) to ob, keeping the order. Under mu. */
-static int extent_add(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint64_t end)
-{
-    extent *x = calloc(1, sizeof *x);
-    if (!x || grow((void **)&ob->ext, &ob->cap_ext, ob->next + 1, sizeof *ob->ext) < 0) {
-        free(x);
-        return -ENOMEM;
-    }
-    *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off, .obj_len = ob->len,
-                  .min_need = UINT64_MAX};
-    size_t i = ob->next;
-    while (i > 0 && ob->ext[i - 1]->off > off) {
-        ob->ext[i] = ob->ext[i - 1];
-        i--;
-    }
-    ob->ext[i] = x;
-    ob->next++;
-    return 0;
-}
-
-/* Adds extents for [off, end) where ob has none yet. Under mu. */
-static int cover(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint64_t end)
-{
-    for (size_t k = 0; k < ob->next && off < end; k++) {
-        const extent *x = ob->ext[k];
-        if (x->off + x->len <= off) continue;
-        if (x->off >= end) break;
-        if (x->off > off && extent_add(f, ob, id, off, x->off) < 0) return -ENOMEM;
-        if (x->off > off) k++;             /* the extent just added sits before x */
-        off = x->off + x->len;
-    }
-    return off < end ? extent_add(f, ob, id, off, end) : 0;
-}
-
-static int cmp_gap(const void *a, const void *b, void *ctx)
-{
-    const span *m = ctx;
-    size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    uint64_t gx = m[x + 1].off - m[x].end, gy = m[y + 1].off - m[y].end;
-    return gx < gy ? -1 : gx > gy;
-}
-
-/* Merges the sorted spans m[0..n) in place: overlapping and adjacent ones, then gaps below
- * merge_gap, smallest first, while the gaps read through stay within a share of the needed
- * bytes. Returns the new count; *need gets the needed bytes. */
-static size_t merge_spans(span *m, size_t n, uint64_t merge_gap, int sections, uint64_t *need)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (k && m[i].off <= m[k - 1].end) {
-            if (m[i].end > m[k - 1].end) m[k - 1].end = m[i].end;
-        } else {
-            m[k++] = m[i];
-        }
-    }
-    *need = 0;
-    for (size_t i = 0; i < k; i++) *need += m[i].end - m[i].off;
-    size_t *gaps = k > 1 ? malloc((k - 1) * sizeof *gaps) : NULL;
-    if (!gaps) return k;                     /* nothing to read through (or no memory for it) */
-    unsigned char *join = calloc(k, 1);
-    for (size_t i = 0; i + 1 < k; i++) gaps[i] = i;
-    qsort_r(gaps, k - 1, sizeof *gaps, cmp_gap, m);
-    uint64_t waste = 0, allowed = sections ? UINT64_MAX : *need / FETCH_GAP_SHARE_DEN;
-    if (sections) merge_gap = FETCH_SECTION_GAP_BYTES;
-    for (size_t g = 0; join && g + 1 < k; g++) {
-        uint64_t gap = m[gaps[g] + 1].off - m[gaps[g]].end;
-        if (gap >= merge_gap || waste + gap > allowed) break;
-        waste += gap;
-        join[gaps[g]] = 1;
-    }
-    size_t out = 0;
-    for (size_t i = 0; join && i < k; i++) {
-        if (out && join[i - 1]) m[out - 1].end = m[i].end;
-        else m[out++] = m[i];
-    }
-    free(join);
-    free(gaps);
-    return join ? out : k;
-}
-
-int fetch_commit(fetch_set *f, uint32_t id)
-{
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    qsort(ob->pend, ob->npend, sizeof *ob->pend, cmp_span);
-    span *mg = malloc((ob->npend ? ob->npend : 1) * sizeof *mg);
-    int rc = mg ? 0 : -ENOMEM;
-    uint64_t need = 0, have = 0;
-    size_t m = 0;
-    if (mg) {
-        memcpy(mg, ob->pend, ob->npend * sizeof *mg);
-        m = merge_spans(mg, ob->npend, f->o.merge_gap_bytes, ob->sections, &need);
-    }
-    /* fetch_first: those ranges are extents of their own, fetched before any other (a small
-     * object: the whole of it, one extent) */
-    int small = ob->len <= FETCH_SMALL_WHOLE_BYTES;
-    for (int i = 0; rc == 0 && i < ob->nfirst; i++) {
-        uint64_t a = small ? 0 : ob->first[i].off, b = small ? ob->len : ob->first[i].end;
-        rc = cover(f, ob, id, a, b);
-        for (size_t k = 0; rc == 0 && k < ob->next; k++)
-            if (ob->ext[k]->off >= a && ob->ext[k]->off < b) ob->ext[k]->first = 1;
-    }
-    for (size_t k = 0; k < ob->next; k++) have += ob->ext[k]->len;
-    if (rc == 0 && m && (small || (need + have) * FETCH_WHOLE_DEN >= ob->len * FETCH_WHOLE_NUM))
-        rc = cover(f, ob, id, 0, ob->len);
-    for (size_t i = 0; i < m && rc == 0; i++) rc = cover(f, ob, id, mg[i].off, mg[i].end);
-    free(mg);
-    /* each range is one use of every extent it overlaps, as fetch_release will count it */
-    for (size_t i = 0; rc == 0 && i < ob->npend; i++)
-        for (size_t k = 0; k < ob->next; k++) {
-            extent *x = ob->ext[k];
-            if (x->off >= ob->pend[i].end || x->off + x->len <= ob->pend[i].off) continue;
-            x->uses++;
-            if (x->state == X_RELEASED) x->state = X_QUEUED;     /* needed again: fetched again */
-        }
-    if (rc == 0) ob->npend = 0;
-    pthread_mutex_unlock(&f->mu);
-    s3_client_wakeup(f->o.cli);
-    return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
-}
-
-int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
-{
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    int ok = len && off + len <= ob->len && ob->nfirst < FETCH_FIRST_MAX;
-    if (ok) ob->first[ob->nfirst++] = (span){off, off + len};
-    pthread_mutex_unlock(&f->mu);
-    return ok ? 0 : -EINVAL;
-}
-
-void fetch_sections(fetch_set *f, uint32_t id)
-{
-    pthread_mutex_lock(&f->mu);
-    f->objs[id].sections = 1;
-    pthread_mutex_unlock(&f->mu);
-}
-
-void fetch_release(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)
-{
-    pthread_mutex_lock(&f->mu);
-    object *ob = &f->objs[id];
-    uint64_t held = f->held;
-    for (size_t k = 0; k < ob->next; k++) {
-        extent *x = ob->ext[k];
-        if (x->off >= off + len || x->off + x->len <= off || x->uses == 0) continue;
-        if (--x->uses == 0) unused(f, x);
-    }
-    int freed = f->held < held;
-    if (freed) f->blocked_since_ms = 0;
-    pthread_mutex_unlock(&f->mu);
-    if (freed) s3_client_wakeup(f->o.cli);      /* room in the budget: queued extents may start */
 }
 
 /* ---- reading ---- */

@@ -93,6 +93,16 @@ int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t obj
                  uint32_t *id);
 /* A pending range [off, off + len) of object id, with one use. -EINVAL outside the object. */
 int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
+/* A range [off, end) of an object. */
+typedef struct {
+    uint64_t off, end;
+} fetch_span;
+/* fetch_need of each of s[0..n) (sorted by off, the cheaper commit), under one lock: -EINVAL
+ * when one lies outside the object or is empty (none is added then). */
+int fetch_need_spans(fetch_set *f, uint32_t id, const fetch_span *s, size_t n);
+/* The same range needed `uses` times at once (a segment's footer, by each of its pieces):
+ * fetch_release drops one of them. -EINVAL also for no use or more than INT_MAX. */
+int fetch_need_uses(fetch_set *f, uint32_t id, uint64_t off, uint64_t len, uint32_t uses);
 /* Makes extents of id's pending ranges and queues them. Returns 0 or -ENOMEM. */
 int fetch_commit(fetch_set *f, uint32_t id);
 /* [off, off + len) of object id becomes an extent of its own at the next fetch_commit, fetched

@@ -1,0 +1,98 @@
+/*
+ * dstl/read/fetch_int.h — the fetch set's own types, shared by its files only (fetch.h is what
+ * restore plans see):
+ *
+ *   fetch.c        the set's thread: GETs started within the bounds, streamed in, handed to
+ *                  the readers waiting; reading held bytes
+ *   fetch_needs.c  what the plan names: objects, needed ranges, and the extents they become
+ * Everything here is under the set's mu, except where a field says otherwise.
+ */
+#ifndef DSTL_FETCH_INT_H
+#define DSTL_FETCH_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl/read/fetch.h"
+#include "s3/s3.h"
+
+/* An object this small is fetched whole, in one GET, whatever ranges of it are needed or
+ * marked first: a request's round trip and overhead cost more than its unneeded bytes. */
+#define FETCH_SMALL_WHOLE_BYTES (512u << 10)
+
+enum { X_QUEUED, X_FETCHING, X_READY, X_FAILED, X_DIRECT, X_RELEASED };
+
+typedef struct fetch_set fetch_set;
+
+/* A reader waiting for bytes up to object offset `need` of one extent. */
+typedef struct waiter {
+    pthread_cond_t cv;
+    uint64_t need;
+    struct waiter *next;
+} waiter;
+
+typedef struct extent {
+    fetch_set *f;
+    uint32_t obj;
+    int state;
+    uint64_t off, len;
+    uint64_t obj_len;           /* the object's length (checked against what a GET names) */
+    int uses, waiters;
+    int reserved;               /* the reserve hook counted len */
+    int first;                  /* fetched before the object's other extents (fetch_first) */
+    uint64_t started_ms;        /* when its GET started */
+    _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
+    _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
+    waiter *wl;
+    uint8_t *buf;
+    s3_op *op;
+    int err;
+    char msg[1200];
+} extent;
+
+typedef struct {
+    uint64_t off, end;
+} span;
+
+/* A pending range and the uses it brings (fetch_need_uses). */
+typedef struct {
+    uint64_t off, end;
+    uint32_t uses;
+} pend_span;
+
+#define FETCH_FIRST_MAX 2
+
+typedef struct {
+    char *bucket, *key;
+    uint64_t len;
+    int64_t prio;
+    pend_span *pend;
+    size_t npend, cap_pend;
+    extent **ext;               /* sorted by off, disjoint */
+    size_t next, cap_ext;
+    int fetched;
+    span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
+    int nfirst, sections;           /* fetch_sections */
+} object;
+
+struct fetch_set {
+    pthread_mutex_t mu;
+    pthread_t thread;
+    int stop;
+    fetch_opts o;
+    object *objs;
+    size_t nobj, cap_obj;
+    unsigned inflight;
+    uint64_t held;
+    uint64_t blocked_since_ms;  /* 0: not blocked */
+    fetch_stats st;
+};
+
+/* Grows *p (of *cap elements of elem bytes) to hold need. 0 or -ENOMEM. */
+int fetch_grow(void **p, size_t *cap, size_t need, size_t elem);
+/* An extent nobody needs any more gives its bytes back (fetch.c). Under mu. */
+void fetch_unused(fetch_set *f, extent *x);
+
+#endif
