@@ -635,6 +635,90 @@ Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
     job_free(&jb);
 }
 
+/* A task restoring its own local-only log (no remote: written in the restorer's dir) beside
+ * other tasks' remote handles, and one remote handle in two entries: the plan copies every
+ * handle — the caller's copies are freed before any reader opens — and each reader reads
+ * exactly its handle's records. The copy points the segment names of remote handles at the
+ * plan's objects and copies the others (restore_map.c). */
+Test(remote_restore, a_plan_mixing_local_only_and_remote_handles_reads_each_after_the_caller_freed_them)
+{
+    job jb = {.nwriters = 4, .rounds = 3, .per_round = 150, .max_len = 300, .persist_delay = "20ms"};
+    write_job(&jb, wdir);
+    const uint32_t lw = 40;             /* the local task's payload stream */
+    dstl_config *lc = t_config(rdir, NULL);
+    dstl_storage *ls = NULL;
+    cr_assert_eq(dstl_storage_open(lc, &ls), 0, "%s", dstl_last_error());
+    dstl_config_free(lc);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(ls, "local-task", 0, NKG - 1, &w), 0, "%s", dstl_last_error());
+    uint8_t buf[301];
+    for (uint64_t k = 0; k < 300; k++) {
+        uint64_t seq = dstl_writer_next_seq(w);
+        size_t len = payload_make(PAYLOAD_RANDOM, lw, seq, 300, buf);
+        cr_assert_eq(is_meta(seq) ? dstl_append_meta(w, buf, len) : dstl_append(w, (uint32_t)(seq % NKG), buf, len),
+                     0, "%s", dstl_last_error());
+        if (k == 149) {                 /* two checkpoints: two segments */
+            dstl_future *f = NULL;
+            cr_assert_eq(dstl_persist(w, 0, 1, &f), 0, "%s", dstl_last_error());
+            cr_assert_eq(dstl_future_wait(f, 60000), 0);
+            dstl_future_free(f);
+        }
+    }
+    dstl_future *f = NULL;
+    dstl_handle *lh = NULL;
+    cr_assert_eq(dstl_persist(w, 0, 2, &f), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_future_wait(f, 60000), 0);
+    cr_assert_eq(dstl_future_result(f, &lh), 0, "%s", dstl_last_error());
+    dstl_future_free(f);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(ls), 0, "%s", dstl_last_error());
+    cr_assert_eq(lh->wh->remote_uri[0], '\0', "the local task's handle names a remote");
+    cr_assert_geq(lh->wh->nsegs, 2);
+
+    /* the caller's handles: parsed copies, freed once the plan is made */
+    const dstl_handle *src[6] = {jb.last[0], lh, jb.last[1], jb.last[2], jb.last[3], jb.last[1]};
+    const uint32_t wid[6] = {0, lw, 1, 2, 3, 1};
+    dstl_handle *mine[6];
+    for (int i = 0; i < 6; i++) {
+        void *bytes = NULL;
+        size_t len = 0;
+        cr_assert_eq(dstl_handle_serialize(src[i], &bytes, &len), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_handle_parse(bytes, len, &mine[i]), 0, "%s", dstl_last_error());
+        free(bytes);
+    }
+    dstl_restore_entry e[5] = {
+        {(const dstl_handle *const *)&mine[0], 2, 0, NKG - 1},      /* a remote and the local one */
+        {(const dstl_handle *const *)&mine[2], 1, 0, NKG - 1},
+        {(const dstl_handle *const *)&mine[3], 1, 0, NKG - 1},
+        {(const dstl_handle *const *)&mine[4], 1, 0, NKG - 1},
+        {(const dstl_handle *const *)&mine[5], 1, 0, NKG - 1},      /* writer 1's again */
+    };
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *pl = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, 5, &pl), 0, "%s", dstl_last_error());
+    for (int i = 0; i < 6; i++) dstl_handle_free(mine[i]);
+    const size_t at[6][2] = {{0, 0}, {0, 1}, {1, 0}, {2, 0}, {3, 0}, {4, 0}};
+    for (int i = 0; i < 6; i++) {
+        dstl_reader *r = NULL;
+        char why[600] = "";
+        cr_assert_eq(dstl_restore_reader_open(pl, at[i][0], at[i][1], &r), 0, "%s", dstl_last_error());
+        long n = check_reader(r, src[i], wid[i], 0, NKG - 1, 300, why, sizeof why);
+        dstl_reader_close(r);
+        cr_expect_eq(n, expected(src[i], 0, NKG - 1), "entry %zu handle %zu: %ld records (%s)", at[i][0], at[i][1],
+                     n, why);
+    }
+    uint64_t need_bytes;
+    size_t objects = needed_objects(&jb, &need_bytes);
+    dstl_restore_stats rs = rstats(pl);
+    show("local and remote", &rs);
+    cr_expect_eq(rs.objects, objects, "the remote handles' objects, each once (and no object for the local one)");
+    cr_expect_eq(rs.objects_fetched, objects);
+    cr_assert_eq(dstl_restore_close(pl), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    dstl_handle_free(lh);
+    job_free(&jb);
+}
+
 /* ---- the API's edges ---- */
 
 Test(remote_restore, plan_readers_open_once_and_the_plan_closes_after_them)

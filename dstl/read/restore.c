@@ -32,179 +32,23 @@
 #include <unistd.h>
 
 #include "dstl/read/restore.h"
+#include "dstl/read/restore_int.h"
 #include "dstl/read/cache.h"
 #include "dstl/read/fetch.h"
 #include "dstl/read/segread.h"
 #include "dstl/err.h"
 #include "dstl/handle.h"
 #include "dstl/storage.h"
-#include "dstl/local/segstore.h"
 #include "dstl/remote/remote.h"
 #include "dstl/u64map.h"
 
-enum { NEED_NONE = 0, NEED_DEFERRED = -1 };
-/* A plan object's index (restore_index): not tried yet (or the plan did not hold the footer:
- * the next reader tries again), one reader fetching and parsing it, parsed, failed. */
-enum { IX_NONE = 0, IX_BUSY = 2, IX_PARSED = 1, IX_FAILED = -1 };
-
-typedef struct {
-    int64_t obj;                /* the plan object (index into p->objs), -1 none */
-    int nr;                     /* ranges held in off/len; NEED_DEFERRED until the index is in */
-    uint64_t off[3], len[3];
-} piece_need;
-
-typedef struct {
-    wire_handle *wh;
-    int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched */
-    piece_need *need;           /* per piece */
-    size_t done;                /* pieces below this are released */
-    int open;
-} plan_handle;
-
-typedef struct {
-    uint32_t kg_first, kg_last;
-    size_t nh;
-    plan_handle *h;
-} plan_entry;
-
-typedef struct {
-    char *uri;                  /* s3://bucket/key */
-    const char *key;            /* inside uri */
-    char bucket[64];
-    const wire_seg_ref *g;      /* of the first handle naming it */
-    const char *handle_uri;     /* that handle's remote_uri (the plan's copy) */
-    int64_t next;               /* same hash */
-    int local;                  /* a local copy of the right length: not fetched */
-    int need_index;
-    uint32_t fid;               /* the fetch set's id */
-    int footer_first;           /* its footer is fetched first (mark_footers_first) */
-    int early;                  /* the first record's object (plan_first_record) */
-    size_t first_entry, first_handle;   /* the first (entry, handle) naming it: its fetch order */
-    _Atomic int ix_state;       /* IX_*: ix is read only after IX_PARSED is seen (acquire) */
-    wire_index *ix;             /* shared by the readers: read-only once parsed */
-} plan_obj;
-
-struct dstl_restore {
-    dstl_storage *s;
-    pthread_mutex_t mu;
-    fetch_set *fs;
-    plan_entry *e;
-    size_t n;
-    plan_obj *objs;
-    size_t nobj, cap_obj;
-    u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
-    int readers;
-    keyring *keys;              /* the storage's key file at plan time (NULL: none) */
-    uint64_t local_segments, object_bytes;
-    uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
-    int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
-    uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
-    size_t early_extra;         /* the GETs its first extents add */
-    size_t extra_budget;        /* extra_gets */
-};
-
-static uint64_t str_hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h;
-}
-
-/* ---- objects ---- */
-
-/* The plan object of segment g of a handle whose remote_uri is huri (parsed: loc); made (and
- * its local copy probed) when new. Objects are found by (remote_uri, segment name), which name
- * one object: the key is built only for a new one (1,024 handles name the same few objects
- * tens of thousands of times). */
-static int64_t object_of(dstl_restore *p, const char *huri, const remote_loc *loc, const wire_seg_ref *g,
-                         size_t entry, size_t handle)
-{
-    uint64_t h = str_hash(huri) ^ (str_hash(g->name) * 0x9e3779b97f4a7c15ull);
-    for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
-        if (strcmp(p->objs[i].g->name, g->name) == 0 && strcmp(p->objs[i].handle_uri, huri) == 0) return i;
-    char uri[1100];
-    int k = snprintf(uri, sizeof uri, "s3://%s/", loc->bucket);
-    if (remote_key(loc, g->name, uri + k, sizeof uri - (size_t)k) < 0) return -1;
-    if (p->nobj == p->cap_obj) {
-        size_t cap = p->cap_obj ? 2 * p->cap_obj : 16;
-        plan_obj *o = realloc(p->objs, cap * sizeof *o);
-        if (!o) return -2;
-        p->objs = o;
-        p->cap_obj = cap;
-    }
-    plan_obj *o = &p->objs[p->nobj];
-    *o = (plan_obj){.uri = strdup(uri), .g = g, .handle_uri = huri, .first_entry = entry, .first_handle = handle,
-                    .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1};
-    if (!o->uri || u64map_put(&p->byhash, h, (void *)(uintptr_t)(p->nobj + 1)) < 0) {
-        free(o->uri);
-        return -2;
-    }
-    o->key = o->uri + k;
-    snprintf(o->bucket, sizeof o->bucket, "%s", loc->bucket);
-    uint64_t size = 0;
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", dstl_last_error());
-    o->local = segstore_size(p->s->local_dir, g->name, &size) == 0 && size == g->object_len;
-    (void)err_fail(0, "%s", saved);         /* a missing local copy is no failure of the plan */
-    p->local_segments += o->local;
-    p->object_bytes += g->object_len;
-    return (int64_t)p->nobj++;
-}
-
-/* Fills seg_obj of every handle: the plan object of each segment, -1 when not fetched. */
-static int map_objects(dstl_restore *p)
-{
-    const char *parsed = NULL;          /* the remote_uri loc holds (handles mostly share one) */
-    remote_loc loc;
-    int has = 0;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) {
-            plan_handle *ph = &p->e[i].h[k];
-            if (!parsed || strcmp(parsed, ph->wh->remote_uri) != 0) {
-                parsed = ph->wh->remote_uri;
-                has = *parsed && remote_parse_uri(parsed, "handle remote uri", &loc) == 0;
-            }
-            for (size_t g = 0; g < ph->wh->nsegs; g++) {
-                int64_t o = has ? object_of(p, ph->wh->remote_uri, &loc, &ph->wh->segs[g], i, k) : -1;
-                if (o == -2) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
-                ph->seg_obj[g] = o >= 0 && !p->objs[o].local ? o : -1;
-            }
-        }
-    err_clear();
-    return 0;
-}
-
-static int cmp_obj_order(const void *a, const void *b, void *ctx)
-{
-    const plan_obj *x = (const plan_obj *)ctx + *(const size_t *)a, *y = (const plan_obj *)ctx + *(const size_t *)b;
-    if (x->first_entry != y->first_entry) return x->first_entry < y->first_entry ? -1 : 1;
-    if (x->first_handle != y->first_handle) return x->first_handle < y->first_handle ? -1 : 1;
-    return strcmp(x->g->name, y->g->name);
-}
-
-/* Names the fetched objects to the fetch set in the order readers consume them: by the first
- * entry and handle naming them (tasks restoring at once open their readers in about entry
- * order, and a reader reads its handles one after the other), then by name (= the order they
- * were written, which is the order of a handle's pieces). Name order alone fetched a job's
- * snapshots, each task's materialized at its own time (staggered), in an order rotated against
- * the tasks': the first tasks' readers waited for objects fetched last while the bytes of later
- * tasks arrived, and most of the replay ran after the fetch instead of beside it. */
-static int name_objects(dstl_restore *p)
-{
-    size_t *ord = malloc((p->nobj ? p->nobj : 1) * sizeof *ord);
-    if (!ord) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
-    for (size_t i = 0; i < p->nobj; i++) ord[i] = i;
-    qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_order, p->objs);
-    int rc = 0;
-    for (size_t i = 0; i < p->nobj && rc == 0; i++) {
-        plan_obj *o = &p->objs[ord[i]];
-        if (!o->local) rc = fetch_object(p->fs, o->bucket, o->key, o->g->object_len, (int64_t)i, &o->fid);
-    }
-    free(ord);
-    return rc;
-}
-
 /* ---- needs ---- */
+
+/* Whether the piece's section is read whole by entry pe (else the entry cuts it). */
+static int reads_whole(const plan_entry *pe, const wire_piece *pc)
+{
+    return pc->kg_first > pc->kg_last || (pe->kg_first <= pc->kg_first && pc->kg_last <= pe->kg_last);
+}
 
 static int need_add(dstl_restore *p, piece_need *nd, uint64_t off, uint64_t len)
 {
@@ -215,10 +59,17 @@ static int need_add(dstl_restore *p, piece_need *nd, uint64_t off, uint64_t len)
     return fetch_need(p->fs, p->objs[nd->obj].fid, off, len);
 }
 
-/* Needs of every piece whose section the entry reads whole; the others wait for the index. */
+/* Needs of every piece whose section the entry reads whole; the others wait for the index.
+ * Each such piece needs its section and its segment's footer; they go to the fetch set per
+ * object, under one lock (the fetch thread starts the first GETs meanwhile): the sections as
+ * p->sp holds them, the footer as one range with a use per piece (a job's 1,024 handles name
+ * each footer 1,024 times). */
 static int plan_whole_pieces(dstl_restore *p)
 {
-    for (size_t i = 0; i < p->n; i++) {
+    uint32_t *footer_uses = calloc(p->nobj + 1, sizeof *footer_uses);
+    if (!footer_uses) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < p->n && rc == 0; i++) {
         const plan_entry *pe = &p->e[i];
         for (size_t k = 0; k < pe->nh; k++) {
             plan_handle *ph = &pe->h[k];
@@ -227,21 +78,38 @@ static int plan_whole_pieces(dstl_restore *p)
                 piece_need *nd = &ph->need[q];
                 nd->obj = ph->seg_obj[pc->seg];
                 if (nd->obj < 0) continue;
-                int whole = pc->kg_first > pc->kg_last ||
-                            (pe->kg_first <= pc->kg_first && pc->kg_last <= pe->kg_last);
-                if (!whole) {
+                if (!reads_whole(pe, pc)) {
                     nd->nr = NEED_DEFERRED;
                     p->objs[nd->obj].need_index = 1;
                     continue;
                 }
-                const wire_seg_ref *g = &ph->wh->segs[pc->seg];
-                int rc = need_add(p, nd, g->footer_offset, g->object_len - g->footer_offset);
-                if (rc == 0) rc = need_add(p, nd, pc->offset, pc->stored_len);
-                if (rc < 0) return rc;
+                const wire_seg_ref *g = &ph->wh->segs[pc->seg], *og = p->objs[nd->obj].g;
+                if (g->footer_offset == og->footer_offset && g->object_len == og->object_len) {
+                    nd->off[0] = g->footer_offset;      /* the footer's use, added below */
+                    nd->len[0] = g->object_len - g->footer_offset;
+                    nd->nr = 1;
+                    footer_uses[nd->obj]++;
+                } else {                                /* a handle at odds with the first: its own */
+                    rc = need_add(p, nd, g->footer_offset, g->object_len - g->footer_offset);
+                }
+                if (rc < 0) break;
+                if (pc->stored_len) {                   /* its section: in p->sp, added below */
+                    nd->off[nd->nr] = pc->offset;
+                    nd->len[nd->nr++] = pc->stored_len;
+                }
             }
         }
     }
-    return 0;
+    for (size_t o = 0; o < p->nobj && rc == 0; o++) {
+        const wire_seg_ref *g = p->objs[o].g;
+        if (footer_uses[o])
+            rc = fetch_need_uses(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset,
+                                 footer_uses[o]);
+        if (rc == 0 && p->sp.at[o] < p->sp.at[o + 1])
+            rc = fetch_need_spans(p->fs, p->objs[o].fid, p->sp.v + p->sp.at[o], p->sp.at[o + 1] - p->sp.at[o]);
+    }
+    free(footer_uses);
+    return rc;
 }
 
 /* The deferred pieces of object o, from its index ix (NULL: the index could not be had; those
@@ -306,63 +174,81 @@ static size_t fetched_objects(const dstl_restore *p)
     return n;
 }
 
+static int cmp_span(const void *a, const void *b)
+{
+    const fetch_span *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The sections entries read whole, grouped by object (v[at[o] .. at[o + 1]), each group sorted
+ * by offset: what plan_whole_pieces hands the fetch set and extra_gets weighs, made once per
+ * plan. cut[o] is set when some entry cuts one of o's sections. Two passes (count, then place)
+ * and a sort of each object's few, if they are out of order: one sort of a job's 15,000
+ * pieces, and another of each object's needs in fetch_commit, were a fifth of the plan's time. */
+static int object_spans(dstl_restore *p)
+{
+    plan_spans *sp = &p->sp;
+    if (!(sp->at = calloc(p->nobj + 2, sizeof *sp->at)) || !(sp->cut = calloc(p->nobj + 1, 1)))
+        return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < p->n; i++)
+            for (size_t k = 0; k < p->e[i].nh; k++) {
+                const plan_handle *ph = &p->e[i].h[k];
+                for (size_t q = 0; q < ph->wh->npieces; q++) {
+                    const wire_piece *pc = &ph->wh->pieces[q];
+                    int64_t o = ph->seg_obj[pc->seg];
+                    if (o < 0) continue;
+                    if (!reads_whole(&p->e[i], pc)) sp->cut[o] = 1;
+                    else if (pc->stored_len && pass)
+                        sp->v[sp->at[o + 1]++] = (fetch_span){pc->offset, pc->offset + pc->stored_len};
+                    else if (pc->stored_len) sp->at[o + 2]++;
+                }
+            }
+        if (pass) break;
+        for (size_t o = 0; o < p->nobj; o++) sp->at[o + 2] += sp->at[o + 1];     /* at[o + 1]: o's start */
+        if (!(sp->v = malloc((sp->at[p->nobj + 1] + 1) * sizeof *sp->v)))
+            return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    }
+    for (size_t o = 0; o < p->nobj; o++) {     /* after placing, at[o + 1] is where o's end */
+        size_t a = sp->at[o], b = sp->at[o + 1], k = a + 1;
+        while (k < b && sp->v[k - 1].off <= sp->v[k].off) k++;
+        if (k < b) qsort(sp->v + a, b - a, sizeof *sp->v, cmp_span);
+    }
+    return 0;
+}
+
+static void spans_free(plan_spans *sp)
+{
+    free(sp->v);
+    free(sp->at);
+    free(sp->cut);
+    *sp = (plan_spans){0};
+}
+
 /* The GETs the plan may add beyond one per object, to fetch footers and the first record
  * first: one in RESTORE_FOOTER_FIRST_SHARE objects, less the GETs beyond one that objects
  * needed only in part take (fetch.c: an object needed at FETCH_WHOLE_NUM / FETCH_WHOLE_DEN is
  * one GET, else one per run of needed sections FETCH_SECTION_GAP_BYTES or more apart). Objects
- * whose needs are all whole sections are told so (fetch_sections). */
-typedef struct {
-    int64_t o;
-    uint64_t off, end;
-} obj_span;
-
-static int cmp_obj_span(const void *a, const void *b)
-{
-    const obj_span *x = a, *y = b;
-    if (x->o != y->o) return x->o < y->o ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
+ * whose needs are all whole sections (and the footer) are told so (fetch_sections). */
 static size_t extra_gets(dstl_restore *p)
 {
-    size_t n = 0, budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE, more = 0;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) n += p->e[i].h[k].wh->npieces + 1;
-    obj_span *v = malloc((n + p->nobj + 1) * sizeof *v);
-    unsigned char *cut = calloc(p->nobj + 1, 1);
-    n = 0;
-    for (size_t i = 0; v && cut && i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) {
-            const plan_handle *ph = &p->e[i].h[k];
-            for (size_t q = 0; q < ph->wh->npieces; q++) {
-                const wire_piece *pc = &ph->wh->pieces[q];
-                int64_t o = ph->seg_obj[pc->seg];
-                int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
-                if (o >= 0 && !whole) cut[o] = 1;
-                else if (o >= 0 && pc->stored_len) v[n++] = (obj_span){o, pc->offset, pc->offset + pc->stored_len};
-            }
+    const plan_spans *sp = &p->sp;
+    size_t budget = fetched_objects(p) / RESTORE_FOOTER_FIRST_SHARE, more = 0;
+    for (size_t o = 0; o < p->nobj; o++) {
+        if (p->objs[o].local || sp->cut[o]) continue;
+        const wire_seg_ref *g = p->objs[o].g;
+        size_t gaps = 0;
+        uint64_t need = 0, end = sp->at[o] < sp->at[o + 1] ? sp->v[sp->at[o]].off : g->footer_offset;
+        for (size_t j = sp->at[o]; j <= sp->at[o + 1]; j++) {      /* its sections, then the footer */
+            fetch_span x = j < sp->at[o + 1] ? sp->v[j] : (fetch_span){g->footer_offset, g->object_len};
+            if (x.off > end && j > sp->at[o]) gaps += x.off - end >= FETCH_SECTION_GAP_BYTES;
+            uint64_t from = x.off > end ? x.off : end;
+            need += x.end > from ? x.end - from : 0;
+            if (x.end > end) end = x.end;
         }
-    for (size_t o = 0; v && cut && o < p->nobj; o++)
-        if (!p->objs[o].local) v[n++] = (obj_span){(int64_t)o, p->objs[o].g->footer_offset, p->objs[o].g->object_len};
-    if (v && cut) qsort(v, n, sizeof *v, cmp_obj_span);
-    for (size_t i = 0; v && cut && i < n;) {       /* one object's spans: v[i..j) */
-        size_t j = i, gaps = 0;
-        uint64_t need = 0, end = v[i].off;
-        for (; j < n && v[j].o == v[i].o; j++) {
-            if (v[j].off > end && j > i) gaps += v[j].off - end >= FETCH_SECTION_GAP_BYTES;
-            need += v[j].end > (v[j].off > end ? v[j].off : end) ? v[j].end - (v[j].off > end ? v[j].off : end) : 0;
-            if (v[j].end > end) end = v[j].end;
-        }
-        const wire_seg_ref *g = p->objs[v[i].o].g;
-        if (!cut[v[i].o]) {
-            fetch_sections(p->fs, p->objs[v[i].o].fid);
-            more += need * FETCH_WHOLE_DEN >= g->object_len * FETCH_WHOLE_NUM ? 0 : gaps;
-        }
-        i = j;
+        fetch_sections(p->fs, p->objs[o].fid);
+        more += need * FETCH_WHOLE_DEN >= g->object_len * FETCH_WHOLE_NUM ? 0 : gaps;
     }
-    if (!v || !cut) more = budget;
-    free(v);
-    free(cut);
     return budget > more ? budget - more : 0;
 }
 
@@ -386,8 +272,8 @@ static int first_candidate(const dstl_restore *p, size_t i, size_t k, size_t bud
     const wire_piece *pc = &ph->wh->pieces[0];
     int64_t o = ph->seg_obj[pc->seg];
     const wire_seg_ref *g = &ph->wh->segs[pc->seg];
-    int whole = pc->kg_first > pc->kg_last || (p->e[i].kg_first <= pc->kg_first && pc->kg_last <= p->e[i].kg_last);
-    if (o < 0 || !whole || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset) return 0;
+    if (o < 0 || !reads_whole(&p->e[i], pc) || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset)
+        return 0;
     *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len};
     if (g->object_len <= RESTORE_SMALL_OBJECT_BYTES) return 1;
     uint64_t a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset, end = pc->offset + pc->stored_len;
@@ -522,14 +408,14 @@ static void plan_free(dstl_restore *p)
     fetch_free(p->fs);
     for (size_t i = 0; p->e && i < p->n; i++) {
         for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) {
-            free(p->e[i].h[k].wh);          /* handle_pack: one allocation */
-            free(p->e[i].h[k].seg_obj);
-            free(p->e[i].h[k].need);
+            free(p->e[i].h[k].wh);          /* with its seg_obj and need (restore_map.c) */
+            free(p->e[i].h[k].names);
         }
         free(p->e[i].h);
     }
     for (size_t o = 0; o < p->nobj; o++) {
         free(p->objs[o].uri);
+        free(p->objs[o].name);
         wire_index_free(p->objs[o].ix);
     }
     free(p->objs);
@@ -538,62 +424,6 @@ static void plan_free(dstl_restore *p)
     u64map_destroy(&p->byhash);
     pthread_mutex_destroy(&p->mu);
     free(p);
-}
-
-/* A copy of h in one allocation (free() frees it): the handle, its segment references and
- * pieces, then its strings. A job's 1,024 handles name tens of thousands of segments; a
- * strdup each (wire_handle_dup) made planning take 5-15 ms before the first GET. */
-static wire_handle *handle_pack(const wire_handle *h)
-{
-    const char *top[3] = {h->storage_id ? h->storage_id : "", h->writer_id ? h->writer_id : "",
-                          h->remote_uri ? h->remote_uri : ""};
-    size_t str = 0, fixed = sizeof *h + h->nsegs * sizeof *h->segs + h->npieces * sizeof *h->pieces;
-    for (int i = 0; i < 3; i++) str += strlen(top[i]) + 1;
-    for (size_t i = 0; i < h->nsegs; i++) str += strlen(h->segs[i].name) + 1;
-    uint8_t *m = malloc(fixed + str);
-    if (!m) return NULL;
-    wire_handle *d = (wire_handle *)m;
-    *d = *h;
-    d->segs = (wire_seg_ref *)(m + sizeof *h);
-    d->pieces = (wire_piece *)(m + sizeof *h + h->nsegs * sizeof *h->segs);
-    if (h->nsegs) memcpy(d->segs, h->segs, h->nsegs * sizeof *h->segs);
-    if (h->npieces) memcpy(d->pieces, h->pieces, h->npieces * sizeof *h->pieces);
-    char *at = (char *)m + fixed;
-    char **dst[3] = {&d->storage_id, &d->writer_id, &d->remote_uri};
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(top[i]) + 1;
-        *dst[i] = memcpy(at, top[i], n);
-        at += n;
-    }
-    for (size_t i = 0; i < h->nsegs; i++) {
-        size_t n = strlen(h->segs[i].name) + 1;
-        d->segs[i].name = memcpy(at, h->segs[i].name, n);
-        at += n;
-    }
-    return d;
-}
-
-/* Copies the entries' handles. */
-static int copy_entries(dstl_restore *p, const dstl_restore_entry *entries)
-{
-    for (size_t i = 0; i < p->n; i++) {
-        const dstl_restore_entry *en = &entries[i];
-        if (en->key_group_first > en->key_group_last || (en->nhandles && !en->handles))
-            return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: empty key group range %u-%u or NULL handles", i,
-                            en->key_group_first, en->key_group_last);
-        p->e[i] = (plan_entry){en->key_group_first, en->key_group_last, en->nhandles, NULL};
-        if (!(p->e[i].h = calloc(en->nhandles + 1, sizeof *p->e[i].h))) return -ENOMEM;
-        for (size_t k = 0; k < en->nhandles; k++) {
-            if (!en->handles[k]) return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: handle %zu is NULL", i, k);
-            plan_handle *ph = &p->e[i].h[k];
-            if (!(ph->wh = handle_pack(en->handles[k]->wh)) ||
-                !(ph->seg_obj = calloc(ph->wh->nsegs + 1, sizeof *ph->seg_obj)) ||
-                !(ph->need = calloc(ph->wh->npieces + 1, sizeof *ph->need)))
-                return -ENOMEM;
-            for (size_t q = 0; q < ph->wh->npieces; q++) ph->need[q].obj = -1;
-        }
-    }
-    return 0;
 }
 
 int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t n, dstl_restore **out)
@@ -606,16 +436,17 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
     p->keys = key_source_get(&s->keys);
     pthread_mutex_init(&p->mu, NULL);
     u64map_init(&p->byhash);
-    int rc = (p->e = calloc(n, sizeof *p->e)) ? copy_entries(p, entries) : -ENOMEM;
-    if (rc == -ENOMEM) err_fail(rc, "dstl_restore_plan: out of memory");
-    if (rc == 0) rc = map_objects(p);
+    int rc = (p->e = calloc(n, sizeof *p->e)) ? restore_copy_entries(p, entries)
+                                              : err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     size_t fetched = 0;
     for (size_t o = 0; o < p->nobj; o++) fetched += !p->objs[o].local;
     if (rc == 0 && fetched) rc = start_fetching(p);
     p->early_obj = -1;
-    if (rc == 0 && fetched) rc = name_objects(p);
+    if (rc == 0 && fetched) rc = restore_name_objects(p);
+    if (rc == 0 && fetched) rc = object_spans(p);
     if (rc == 0 && fetched) rc = plan_first_record(p);
     if (rc == 0 && fetched) rc = plan_whole_pieces(p);
+    spans_free(&p->sp);
     if (rc == 0 && fetched) rc = plan_indexed(p);
     for (int r = 0; p->early_obj >= 0 && r < 2; r++)       /* the planner's own uses */
         fetch_release(p->fs, p->objs[p->early_obj].fid, p->early_off[r], p->early_len[r]);

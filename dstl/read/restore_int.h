@@ -1,0 +1,102 @@
+/*
+ * dstl/read/restore_int.h — a restore plan's own types, shared by its files only (restore.h
+ * is what the readers see):
+ *
+ *   restore_map.c  the plan's copy of the entries' handles, and the objects their segments name
+ *   restore.c      what each reader needs of those objects, the fetches, the readers' side
+ * Calls go restore.c -> restore_map.c only.
+ */
+#ifndef DSTL_RESTORE_INT_H
+#define DSTL_RESTORE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dstl.h"
+#include "dstl/keys.h"
+#include "dstl/read/fetch.h"
+#include "dstl/u64map.h"
+#include "wire/wire.h"
+
+enum { NEED_NONE = 0, NEED_DEFERRED = -1 };
+/* A plan object's index (restore_index): not tried yet (or the plan did not hold the footer:
+ * the next reader tries again), one reader fetching and parsing it, parsed, failed. */
+enum { IX_NONE = 0, IX_BUSY = 2, IX_PARSED = 1, IX_FAILED = -1 };
+
+typedef struct {
+    int64_t obj;                /* the plan object (index into p->objs), -1 none */
+    int nr;                     /* ranges held in off/len; NEED_DEFERRED until the index is in */
+    uint64_t off[3], len[3];
+} piece_need;
+
+typedef struct {
+    wire_handle *wh;            /* the plan's copy, one allocation with seg_obj and need */
+    int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched */
+    piece_need *need;           /* per piece */
+    char *names;                /* names of its segments that no plan object holds (or NULL) */
+    size_t done;                /* pieces below this are released */
+    int open;
+} plan_handle;
+
+typedef struct {
+    uint32_t kg_first, kg_last;
+    size_t nh;
+    plan_handle *h;
+} plan_entry;
+
+typedef struct {
+    char *uri;                  /* s3://bucket/key */
+    const char *key;            /* inside uri */
+    char bucket[64];
+    char *name;                 /* the segment's name: every copied handle naming it points here */
+    const wire_seg_ref *g;      /* of the first handle naming it */
+    uint32_t uri_id;            /* its number among the plan's remote URIs (restore_copy_entries) */
+    int64_t succ;               /* the object after it in the last handle naming it (-1: none) */
+    int64_t next;               /* same hash */
+    int local;                  /* a local copy of the right length: not fetched */
+    int need_index;
+    uint32_t fid;               /* the fetch set's id */
+    int footer_first;           /* its footer is fetched first (mark_footers_first) */
+    int early;                  /* the first record's object (plan_first_record) */
+    size_t first_entry, first_handle;   /* the first (entry, handle) naming it: its fetch order */
+    _Atomic int ix_state;       /* IX_*: ix is read only after IX_PARSED is seen (acquire) */
+    wire_index *ix;             /* shared by the readers: read-only once parsed */
+} plan_obj;
+
+/* The sections the plan's entries read whole, per object (restore.c: object_spans). */
+typedef struct {
+    fetch_span *v;
+    size_t *at;                 /* object o's: v[at[o] .. at[o + 1]) */
+    unsigned char *cut;         /* some entry cuts one of o's sections */
+} plan_spans;
+
+struct dstl_restore {
+    dstl_storage *s;
+    pthread_mutex_t mu;
+    fetch_set *fs;
+    plan_entry *e;
+    size_t n;
+    plan_obj *objs;
+    size_t nobj, cap_obj;
+    u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
+    int readers;
+    keyring *keys;              /* the storage's key file at plan time (NULL: none) */
+    uint64_t local_segments, object_bytes;
+    uint64_t own_requests, own_bytes, direct;   /* readers' own GETs, added at their close */
+    int64_t early_obj;          /* plan_first_record's object (-1: none) and the planner's */
+    uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
+    size_t early_extra;         /* the GETs its first extents add */
+    size_t extra_budget;        /* extra_gets */
+    plan_spans sp;              /* while planning */
+};
+
+/* Copies the entries' handles into p->e (checking the entries) and makes the plan object of
+ * each remote segment they name (p->objs, its local copy probed), filling seg_obj. 0, or
+ * -EINVAL / -ENOMEM with the detail set. */
+int restore_copy_entries(dstl_restore *p, const dstl_restore_entry *entries);
+/* Names the fetched objects to the fetch set, in the order readers consume them. */
+int restore_name_objects(dstl_restore *p);
+
+#endif

@@ -1,0 +1,237 @@
+/*
+ * dstl/read/restore_map.c — a restore plan's copy of its entries' handles, and the plan
+ * objects their remote segments name (restore_int.h).
+ *
+ * A job's 1,024 handles name the same few dozen objects some 15,000 times: copying and
+ * mapping them is what a plan does before its first GET can start, so it is done in one pass
+ * per handle, one allocation each, with no segment name copied (each points at its object's)
+ * and, mostly, no hash per segment (a handle's next segment is tried as the object that
+ * followed its previous one in an earlier handle).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dstl/read/restore_int.h"
+#include "dstl/err.h"
+#include "dstl/handle.h"
+#include "dstl/storage.h"
+#include "dstl/local/segstore.h"
+#include "dstl/remote/remote.h"
+
+static uint64_t str_hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* The distinct remote URIs of a plan's handles (mostly one): a number and a hash each. */
+typedef struct {
+    const char **uri;
+    uint64_t *hash;
+    size_t n;
+} uri_set;
+
+static int64_t uri_number(uri_set *u, const char *uri)
+{
+    for (size_t i = u->n; i-- > 0;)
+        if (strcmp(u->uri[i], uri) == 0) return (int64_t)i;
+    const char **nu = realloc(u->uri, (u->n + 1) * sizeof *nu);
+    if (nu) u->uri = nu;
+    uint64_t *nh = nu ? realloc(u->hash, (u->n + 1) * sizeof *nh) : NULL;
+    if (!nh) return -1;
+    u->hash = nh;
+    u->uri[u->n] = uri;
+    u->hash[u->n] = str_hash(uri);
+    return (int64_t)u->n++;
+}
+
+/* What mapping carries from one handle to the next. */
+typedef struct {
+    const char *parsed;         /* the remote_uri loc holds (handles mostly share one) */
+    remote_loc loc;
+    int has;                    /* it parsed */
+    int64_t uid;                /* its number in us */
+    int64_t first;              /* the object of the last handle's first segment */
+    uri_set us;
+} map_state;
+
+/* Makes the plan object of segment g (the plan's copy; its name still the caller's) of
+ * (entry, handle), whose remote_uri is m's current one, and probes its local copy. -1 when
+ * its key cannot be built, -2 out of memory. */
+static int64_t object_new(dstl_restore *p, const map_state *m, uint64_t h, const wire_seg_ref *g, size_t entry,
+                          size_t handle)
+{
+    char uri[1100];
+    int k = snprintf(uri, sizeof uri, "s3://%s/", m->loc.bucket);
+    if (remote_key(&m->loc, g->name, uri + k, sizeof uri - (size_t)k) < 0) return -1;
+    if (p->nobj == p->cap_obj) {
+        size_t cap = p->cap_obj ? 2 * p->cap_obj : 16;
+        plan_obj *o = realloc(p->objs, cap * sizeof *o);
+        if (!o) return -2;
+        p->objs = o;
+        p->cap_obj = cap;
+    }
+    plan_obj *o = &p->objs[p->nobj];
+    *o = (plan_obj){.uri = strdup(uri), .name = strdup(g->name), .g = g, .uri_id = (uint32_t)m->uid,
+                    .first_entry = entry, .first_handle = handle,
+                    .next = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1, .succ = -1};
+    if (!o->uri || !o->name || u64map_put(&p->byhash, h, (void *)(uintptr_t)(p->nobj + 1)) < 0) {
+        free(o->uri);
+        free(o->name);
+        return -2;
+    }
+    o->key = o->uri + k;
+    snprintf(o->bucket, sizeof o->bucket, "%s", m->loc.bucket);
+    uint64_t size = 0;
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dstl_last_error());
+    o->local = segstore_size(p->s->local_dir, g->name, &size) == 0 && size == g->object_len;
+    (void)err_fail(0, "%s", saved);         /* a missing local copy is no failure of the plan */
+    p->local_segments += o->local;
+    p->object_bytes += g->object_len;
+    return (int64_t)p->nobj++;
+}
+
+/* The plan object of segment g: found by (remote_uri, segment name), which name one object,
+ * guess (the object after the handle's previous segment's, last time) tried first; else made. */
+static int64_t object_of(dstl_restore *p, const map_state *m, const wire_seg_ref *g, size_t entry, size_t handle,
+                         int64_t guess)
+{
+    uint32_t uid = (uint32_t)m->uid;
+    if (guess >= 0 && p->objs[guess].uri_id == uid && strcmp(p->objs[guess].name, g->name) == 0) return guess;
+    uint64_t h = m->us.hash[uid] ^ (str_hash(g->name) * 0x9e3779b97f4a7c15ull);
+    for (int64_t i = (int64_t)(uintptr_t)u64map_get(&p->byhash, h) - 1; i >= 0; i = p->objs[i].next)
+        if (p->objs[i].uri_id == uid && strcmp(p->objs[i].name, g->name) == 0) return i;
+    return object_new(p, m, h, g, entry, handle);
+}
+
+/* ph->wh: a copy of h in one allocation, with ph->seg_obj and ph->need (free(ph->wh) frees
+ * them all): the handle, its segment references and pieces, then its strings — all but the
+ * segment names, which still point into h (map_handle settles them). */
+static int handle_pack(plan_handle *ph, const wire_handle *h)
+{
+    const char *top[3] = {h->storage_id ? h->storage_id : "", h->writer_id ? h->writer_id : "",
+                          h->remote_uri ? h->remote_uri : ""};
+    size_t tl[3], str = 0;
+    for (int i = 0; i < 3; i++) str += tl[i] = strlen(top[i]) + 1;
+    size_t segs = h->nsegs * sizeof *h->segs, pieces = h->npieces * sizeof *h->pieces;
+    size_t objs = h->nsegs * sizeof *ph->seg_obj, needs = h->npieces * sizeof *ph->need;
+    uint8_t *m = malloc(sizeof *h + segs + pieces + objs + needs + str);
+    if (!m) return -ENOMEM;
+    wire_handle *d = (wire_handle *)m;
+    *d = *h;
+    d->segs = (wire_seg_ref *)(m + sizeof *h);
+    d->pieces = (wire_piece *)(m + sizeof *h + segs);
+    ph->seg_obj = (int64_t *)(m + sizeof *h + segs + pieces);
+    ph->need = (piece_need *)(m + sizeof *h + segs + pieces + objs);
+    if (segs) memcpy(d->segs, h->segs, segs);
+    if (pieces) memcpy(d->pieces, h->pieces, pieces);
+    for (size_t q = 0; q < h->npieces; q++) ph->need[q] = (piece_need){.obj = -1};
+    char *at = (char *)m + sizeof *h + segs + pieces + objs + needs;
+    char **dst[3] = {&d->storage_id, &d->writer_id, &d->remote_uri};
+    for (int i = 0; i < 3; i++) {
+        *dst[i] = memcpy(at, top[i], tl[i]);
+        at += tl[i];
+    }
+    ph->wh = d;
+    return 0;
+}
+
+/* Fills seg_obj of ph (the plan object of each segment, -1 when not fetched) and points each
+ * segment's name at its object's; the names of segments with no object (no remote, a key
+ * that cannot be built) are copied into ph->names. */
+static int map_handle(dstl_restore *p, map_state *m, plan_handle *ph, const wire_handle *src, size_t entry,
+                      size_t handle)
+{
+    wire_handle *wh = ph->wh;
+    if (!m->parsed || strcmp(m->parsed, wh->remote_uri) != 0) {
+        m->parsed = wh->remote_uri;
+        m->has = *m->parsed && remote_parse_uri(m->parsed, "handle remote uri", &m->loc) == 0;
+        if (m->has && (m->uid = uri_number(&m->us, m->parsed)) < 0) return -ENOMEM;
+    }
+    int64_t prev = -1;
+    size_t own = 0;
+    for (size_t g = 0; g < wh->nsegs; g++) {
+        int64_t o = m->has ? object_of(p, m, &wh->segs[g], entry, handle, prev >= 0 ? p->objs[prev].succ : m->first)
+                           : -1;
+        if (o == -2) return -ENOMEM;
+        if (o >= 0) wh->segs[g].name = p->objs[o].name;
+        else own += strlen(wh->segs[g].name) + 1;
+        if (prev >= 0 && o >= 0) p->objs[prev].succ = o;
+        if (g == 0) m->first = o;
+        prev = o;
+        ph->seg_obj[g] = o >= 0 && !p->objs[o].local ? o : -1;
+    }
+    if (own && !(ph->names = malloc(own))) return -ENOMEM;
+    char *at = ph->names;
+    for (size_t g = 0; own && g < wh->nsegs; g++)
+        if (wh->segs[g].name == src->segs[g].name) {
+            size_t n = strlen(src->segs[g].name) + 1;
+            wh->segs[g].name = memcpy(at, src->segs[g].name, n);
+            at += n;
+        }
+    return 0;
+}
+
+int restore_copy_entries(dstl_restore *p, const dstl_restore_entry *entries)
+{
+    map_state m = {.uid = -1, .first = -1};
+    int rc = 0;
+    for (size_t i = 0; i < p->n && rc == 0; i++) {
+        const dstl_restore_entry *en = &entries[i];
+        if (en->key_group_first > en->key_group_last || (en->nhandles && !en->handles)) {
+            rc = err_fail(-EINVAL, "dstl_restore_plan: entry %zu: empty key group range %u-%u or NULL handles", i,
+                          en->key_group_first, en->key_group_last);
+            break;
+        }
+        p->e[i] = (plan_entry){en->key_group_first, en->key_group_last, en->nhandles, NULL};
+        if (!(p->e[i].h = calloc(en->nhandles + 1, sizeof *p->e[i].h))) rc = -ENOMEM;
+        for (size_t k = 0; rc == 0 && k < en->nhandles; k++) {
+            if (!en->handles[k]) {
+                rc = err_fail(-EINVAL, "dstl_restore_plan: entry %zu: handle %zu is NULL", i, k);
+                break;
+            }
+            plan_handle *ph = &p->e[i].h[k];
+            rc = handle_pack(ph, en->handles[k]->wh);
+            if (rc == 0) rc = map_handle(p, &m, ph, en->handles[k]->wh, i, k);
+        }
+    }
+    free(m.us.uri);
+    free(m.us.hash);
+    if (rc == -ENOMEM) return err_fail(rc, "dstl_restore_plan: out of memory");
+    if (rc == 0) err_clear();
+    return rc;
+}
+
+static int cmp_obj_order(const void *a, const void *b, void *ctx)
+{
+    const plan_obj *x = (const plan_obj *)ctx + *(const size_t *)a, *y = (const plan_obj *)ctx + *(const size_t *)b;
+    if (x->first_entry != y->first_entry) return x->first_entry < y->first_entry ? -1 : 1;
+    if (x->first_handle != y->first_handle) return x->first_handle < y->first_handle ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The order: by the first entry and handle naming them (tasks restoring at once open their
+ * readers in about entry order, and a reader reads its handles one after the other), then by
+ * name (= the order they were written, which is the order of a handle's pieces). Name order
+ * alone fetched a job's snapshots, each task's materialized at its own time (staggered), in an
+ * order rotated against the tasks': the first tasks' readers waited for objects fetched last
+ * while the bytes of later tasks arrived, and most of the replay ran after the fetch instead
+ * of beside it. */
+int restore_name_objects(dstl_restore *p)
+{
+    size_t *ord = malloc((p->nobj ? p->nobj : 1) * sizeof *ord);
+    if (!ord) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    for (size_t i = 0; i < p->nobj; i++) ord[i] = i;
+    qsort_r(ord, p->nobj, sizeof *ord, cmp_obj_order, p->objs);
+    int rc = 0;
+    for (size_t i = 0; i < p->nobj && rc == 0; i++) {
+        plan_obj *o = &p->objs[ord[i]];
+        if (!o->local) rc = fetch_object(p->fs, o->bucket, o->key, o->g->object_len, (int64_t)i, &o->fid);
+    }
+    free(ord);
+    return rc;
+}
