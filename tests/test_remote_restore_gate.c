@@ -270,6 +270,19 @@ static dstl_storage *open_through_gate_with(const char *key, const char *val)
 
 static dstl_storage *open_through_gate(void) { return open_through_gate_with(NULL, NULL); }
 
+/* Waits up to secs for *done (set under mu, cv signalled); returns it. */
+static int wait_done(pthread_mutex_t *mu, pthread_cond_t *cv, const int *done, int secs)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += secs;
+    pthread_mutex_lock(mu);
+    while (!*done && pthread_cond_timedwait(cv, mu, &until) == 0) {}
+    int d = *done;
+    pthread_mutex_unlock(mu);
+    return d;
+}
+
 static void *read_first(void *arg)
 {
     first_read *fr = arg;
@@ -307,13 +320,7 @@ Test(remote_restore_gate, a_reader_gets_its_first_record_before_its_object_has_a
     cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &fr.r), 0, "%s", dstl_last_error());
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, read_first, &fr), 0);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 60;
-    pthread_mutex_lock(&fr.mu);
-    while (!fr.done && pthread_cond_timedwait(&fr.cv, &fr.mu, &until) == 0) {}
-    int got = fr.done;
-    pthread_mutex_unlock(&fr.mu);
+    int got = wait_done(&fr.mu, &fr.cv, &fr.done, 60);
     /* the state when the record came (or when we gave up): bytes held back, objects incomplete */
     int held = atomic_load(&G.held);
     dstl_restore_stats st;
@@ -491,4 +498,89 @@ Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_n
         cr_assert_lt(order[k], order[k - 1], "object %d fetched was writer %d's, after writer %d's (the entries name "
                      "writers %d..0 in turn)", k, order[k], order[k - 1], NO - 1);
     for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
+}
+
+typedef struct {
+    dstl_storage *s;
+    const dstl_restore_entry *e;
+    size_t n;
+    dstl_restore *p;
+    int rc;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+} plan_call;
+
+static void *plan_thread(void *arg)
+{
+    plan_call *c = arg;
+    int rc = dstl_restore_plan(c->s, c->e, c->n, &c->p);
+    pthread_mutex_lock(&c->mu);
+    c->rc = rc;
+    c->done = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+Test(remote_restore_gate, a_plan_that_cuts_sections_returns_once_their_footers_are_in_not_after_the_rest)
+{
+    /* A rescaled task cuts some writers' sections and reads others whole: the plan waits for
+     * the cut segments' footers (their indexes say which ranges the cut pieces need), so those
+     * go first, each on its own GET. Queued behind the whole sections' extents (a footer is an
+     * object's last bytes) they made the plan wait for most of the fetch. With the gate closed
+     * no extent larger than half the smallest object can complete: the plan must return
+     * anyway. */
+    dstl_handle *last[NW];
+    write_all(last);
+    uint64_t smallest = UINT64_MAX, footer = 0;
+    for (uint32_t i = 0; i < NW; i++)
+        for (size_t k = 0; k < last[i]->wh->nsegs; k++) {
+            const wire_seg_ref *g = &last[i]->wh->segs[k];
+            if (g->object_len < smallest) smallest = g->object_len;
+            if (g->object_len - g->footer_offset > footer) footer = g->object_len - g->footer_offset;
+        }
+    cr_assert_geq(last[0]->wh->nsegs, 12, "enough objects that whole sections fill every connection");
+    G.limit = smallest / 2;
+    cr_assert_lt(footer * 4, G.limit, "footers well below what a connection passes while the gate is closed");
+    dstl_storage *s = open_through_gate();
+    dstl_restore_entry e[2] = {
+        {(const dstl_handle *const *)&last[0], NW / 2, 0, 15},        /* writers 0-9 whole */
+        {(const dstl_handle *const *)&last[NW / 2], NW / 2, 0, 7},    /* writers 10-19 cut */
+    };
+    gate_set(&G, 1);
+    plan_call c = {.s = s, .e = e, .n = 2, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, plan_thread, &c), 0);
+    int returned = wait_done(&c.mu, &c.cv, &c.done, 60);
+    gate_set(&G, 0);
+    pthread_join(t, NULL);
+    cr_assert(returned, "the plan did not return while the gate held back all but the footers");
+    cr_assert_eq(c.rc, 0, "%s", dstl_last_error());
+    dstl_restore_stats st;
+    dstl_restore_get_stats(c.p, &st);
+    cr_assert_eq(st.objects, last[0]->wh->nsegs);
+    for (uint32_t i = 0; i < NW; i++) {         /* every record of its key groups, verified */
+        dstl_reader *r;
+        dstl_record rec;
+        int rc;
+        uint64_t k = 0, seq = dstl_handle_from_seq(last[i]);
+        uint32_t kgl = i < NW / 2 ? 15 : 7;
+        cr_assert_eq(dstl_restore_reader_open(c.p, i / (NW / 2), i % (NW / 2), &r), 0, "%s", dstl_last_error());
+        while ((rc = dstl_reader_next(r, &rec)) == 1) {
+            while (seq % 16 > kgl) seq++;
+            cr_assert_eq(rec.seq, seq, "writer %u", i);
+            size_t len = payload_len(i, seq, MAX_LEN);
+            cr_assert_eq(payload_check(PAYLOAD_RANDOM, i, seq, rec.data, rec.len), len, "writer %u seq %lu", i,
+                         (unsigned long)seq);
+            seq++;
+            k++;
+        }
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        cr_assert_eq(k, (uint64_t)ROUNDS * PER_ROUND * (kgl + 1) / 16, "writer %u", i);
+        dstl_reader_close(r);
+    }
+    cr_assert_eq(dstl_restore_close(c.p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+    for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }
