@@ -2,15 +2,16 @@
  * dstl/read/restore.c — restore plans: from (handles, key-group range) entries to the objects
  * and byte ranges the fetch layer (fetch.c) fetches once for all readers.
  *
- * Planning, per piece of every handle of every entry, whose segment is remote (the handle has
- * a remote_uri, and no local copy of the handle's length exists — a local copy is read first,
- * as every reader does):
+ * The plan's copy of the handles and the objects their segments name are restore_map.c's
+ * (restore_int.h). Planning, per piece of every handle of every entry, whose segment is
+ * remote (the handle has a remote_uri, and no local copy of the handle's length exists — a
+ * local copy is read first, as every reader does):
  *   - the entry's key groups cover the piece's: the piece needs its whole section and the
  *     segment's footer + trailer, known from the handle alone;
- *   - they cut it (a rescaled reader): the segment's footer is fetched first (all such
- *     footers in parallel, before dstl_restore_plan returns), its index parsed and checked
- *     (segread_index), and the piece needs the footer and segread_ranges of its section: the
- *     same ranges its reader will ask for.
+ *   - they cut it (a rescaled reader): the segment's footer is fetched first, before any
+ *     other extent (all such footers in parallel, before dstl_restore_plan returns), its
+ *     index parsed and checked (segread_index), and the piece needs the footer and
+ *     segread_ranges of its section: the same ranges its reader will ask for.
  * Every such need is one use of the extents it overlaps (fetch.h); the reader drops its
  * pieces' needs as it passes them (restore_pieces_done) and all the rest when it closes. The
  * fetch order is by the first entry and handle naming an object, then its name (run id, then
