@@ -108,6 +108,11 @@ static int64_t object_of(dstl_restore *p, const map_state *m, const wire_seg_ref
     return object_new(p, m, h, g, entry, handle);
 }
 
+/* The parts of handle_pack's allocation follow each other: each size keeps the next aligned. */
+_Static_assert(sizeof(wire_handle) % _Alignof(wire_seg_ref) == 0 && sizeof(wire_seg_ref) % _Alignof(wire_piece) == 0 &&
+                   sizeof(wire_piece) % _Alignof(int64_t) == 0 && sizeof(int64_t) % _Alignof(piece_need) == 0,
+               "handle_pack's parts keep their alignment");
+
 /* ph->wh: a copy of h in one allocation, with ph->seg_obj and ph->need (free(ph->wh) frees
  * them all): the handle, its segment references and pieces, then its strings — all but the
  * segment names, which still point into h (map_handle settles them). */
