@@ -207,9 +207,10 @@ static void teardown(void)
 
 TestSuite(remote_restore_gate, .init = setup, .fini = teardown, .timeout = 240);
 
-/* NW writers, ROUNDS rounds; each round every writer appends PER_ROUND records and persists
- * from 0, and the round's persists make one segment (> 1 MiB). last[] covers everything. */
-static void write_all(dstl_handle **last)
+/* NW writers, ROUNDS rounds; each round every writer appends PER_ROUND records (the last
+ * writer last_factor times as many) and persists from 0, in writer order, and the round's
+ * persists make one segment (> 1 MiB). last[] covers everything. */
+static void write_job(dstl_handle **last, uint32_t last_factor)
 {
     dstl_storage *s = t_remote_open(&fx, wdir, "dstl.batch.persist-delay", "300ms", "dstl.batch.persist-size-threshold", "10mb",
                                     NULL);
@@ -223,7 +224,7 @@ static void write_all(dstl_handle **last)
     for (uint32_t round = 0; round < ROUNDS; round++) {
         dstl_future *f[NW];
         for (uint32_t i = 0; i < NW; i++) {
-            for (uint32_t k = 0; k < PER_ROUND; k++) {
+            for (uint32_t k = 0; k < PER_ROUND * (i + 1 == NW ? last_factor : 1); k++) {
                 uint64_t seq = dstl_writer_next_seq(w[i]);
                 size_t len = payload_make(PAYLOAD_RANDOM, i, seq, MAX_LEN, buf);
                 cr_assert_eq(dstl_append(w[i], (uint32_t)(seq % 16), buf, len), 0, "%s", dstl_last_error());
@@ -243,6 +244,8 @@ static void write_all(dstl_handle **last)
     for (uint32_t i = 0; i < NW; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
 }
+
+static void write_all(dstl_handle **last) { write_job(last, 1); }
 
 typedef struct {
     dstl_reader *r;
@@ -377,8 +380,9 @@ static const wire_seg_ref *seg_of(dstl_handle *const *last, const char *path)
     return NULL;
 }
 
-/* Reads every entry's one handle of plan p in turn: each gives `records` records. */
-static void read_entries(dstl_restore *p, uint32_t n, uint64_t records)
+/* Reads every entry's one handle of plan p in turn: each gives `records` records, the last
+ * one `last_records`. */
+static void read_entries_but_last(dstl_restore *p, uint32_t n, uint64_t records, uint64_t last_records)
 {
     for (uint32_t i = 0; i < n; i++) {
         dstl_reader *r;
@@ -388,10 +392,12 @@ static void read_entries(dstl_restore *p, uint32_t n, uint64_t records)
         cr_assert_eq(dstl_restore_reader_open(p, i, 0, &r), 0, "%s", dstl_last_error());
         while ((rc = dstl_reader_next(r, &rec)) == 1) k++;
         cr_assert_eq(rc, 0, "%s", dstl_last_error());
-        cr_assert_eq(k, records, "entry %u", i);
+        cr_assert_eq(k, i + 1 == n ? last_records : records, "entry %u", i);
         dstl_reader_close(r);
     }
 }
+
+static void read_entries(dstl_restore *p, uint32_t n, uint64_t records) { read_entries_but_last(p, n, records, records); }
 
 Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_not_an_object)
 {
@@ -582,5 +588,43 @@ Test(remote_restore_gate, a_plan_that_cuts_sections_returns_once_their_footers_a
     }
     cr_assert_eq(dstl_restore_close(c.p), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+    for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
+}
+
+Test(remote_restore_gate, a_first_section_next_to_its_footer_is_fetched_with_it_in_one_get)
+{
+    /* Two GETs sent together come back slower than one: when some first piece's section ends
+     * near its segment's footer, the plan's first GET is that section to the object's end,
+     * even when other first pieces are smaller. The writers persist in order each round, so
+     * the last writer's section ends each segment, next to the footer; it appends twice as
+     * much as the others (a plan choosing by bytes alone took a smaller one, and two GETs). */
+    dstl_handle *last[NW];
+    write_job(last, 2);
+    dstl_storage *s = open_through_gate();
+    dstl_restore_entry e[NW];
+    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    read_entries_but_last(p, NW, (uint64_t)ROUNDS * PER_ROUND, 2ull * ROUNDS * PER_ROUND);
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    pthread_mutex_lock(&G.mu);
+    int n = G.nreq;
+    unsigned long long a = G.req_a[0], b = G.req_b[0];
+    char path[512];
+    snprintf(path, sizeof path, "%s", G.req_path[0]);
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_geq(n, 2, "ranged GETs noted: %d", n);
+    const wire_seg_ref *g = seg_of(last, path);
+    cr_assert_not_null(g, "the first GET names a segment of the handles: %s", path);
+    cr_assert_eq(b + 1, g->object_len, "the first GET (%llu-%llu of %s) runs to the object's end", a, b, path);
+    const wire_piece *first = NULL;
+    for (uint32_t i = 0; i < NW; i++) {
+        const wire_piece *pc = &last[i]->wh->pieces[0];
+        if (strcmp(last[i]->wh->segs[pc->seg].name, g->name) == 0 && pc->offset == a) first = pc;
+    }
+    cr_assert_not_null(first, "the first GET starts at a first piece's section (%llu of %s)", a, path);
+    cr_assert_lt(g->footer_offset - (first->offset + first->stored_len), 256u << 10, "that section ends near the footer");
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }
