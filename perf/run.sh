@@ -33,11 +33,11 @@ emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
 ratio() { python3 -c "import sys; a,b=float(sys.argv[1] or 0),float(sys.argv[2] or 0); print(f'{a/b:.3f}' if b else 'nan')" "$1" "$2"; }
 
-# What fresh memory costs here (perf/warm_memory.c): on a VM whose host backs guest pages
+# What fresh memory costs here (perf/first_touch.c): on a VM whose host backs guest pages
 # lazily and takes freed ones back within seconds (free page reporting), every benchmark that
 # allocates pays the first touch; these two lines say how much
 echo "# machine"
-"$B/perf/warm_memory" 512 | emit
+"$B/perf/first_touch" 512 | emit
 
 echo "# wire"
 "$B/perf/bench_wire" | emit

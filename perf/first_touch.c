@@ -1,5 +1,5 @@
 /*
- * perf/warm_memory.c — warm_memory MB: touches MB of fresh anonymous memory (huge pages where
+ * perf/first_touch.c — first_touch MB: touches MB of fresh anonymous memory (huge pages where
  * the kernel gives them) twice, each time in a new mapping, and prints how fast:
  *
  *   machine.first_touch_mb_s   the first pass: guest pages the host may not back yet
@@ -31,7 +31,7 @@ static double touch_once(size_t n)
 {
     uint8_t *b = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (b == MAP_FAILED) {
-        perror("warm_memory: mmap");
+        perror("first_touch: mmap");
         exit(1);
     }
     (void)madvise(b, n, MADV_HUGEPAGE);
@@ -46,7 +46,7 @@ int main(int argc, char **argv)
 {
     long mb = argc > 1 ? atol(argv[1]) : 0;
     if (argc != 2 || mb <= 0 || mb > (1L << 20)) {
-        fprintf(stderr, "usage: warm_memory MB (1 .. 1048576)\n");
+        fprintf(stderr, "usage: first_touch MB (1 .. 1048576)\n");
         return 2;
     }
     size_t n = (size_t)mb << 20;
