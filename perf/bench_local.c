@@ -295,6 +295,9 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     }
     printf("local.%s.w%d.persists_s %.0f persists/s\n", pre, nwriters, (double)st.persists / el);
     printf("local.%s.w%d.segments_s %.0f segments/s\n", pre, nwriters, (double)st.segments_written / el);
+    /* what the disk was given per fdatasync: the size perf/run.sh's fio peers write */
+    printf("local.%s.w%d.segment_mean_bytes %.0f B\n", pre, nwriters,
+           st.segments_written ? (double)st.segment_bytes / (double)st.segments_written : 0);
     double cpu_per_mb = cpu * 1e6 / ((double)bytes / 1e6), floor = floor_us_per_mb(jobs[0].rec_len);
     printf("local.%s.w%d.cpu_us_per_mb %.1f us/MB\n", pre, nwriters, cpu_per_mb);
     printf("local.%s.w%d.floor_us_per_mb %.1f us/MB\n", pre, nwriters, floor);

@@ -90,13 +90,29 @@ echo "local.paired_mb_s $(mean "$(val local.paired1.mb_s)" "$(val local.paired2.
 rm -rf "$T/fio"; mkdir -p "$T/fio"
 fio --name=lat --directory="$T/fio" --ioengine=io_uring --rw=write --bs=4k --size=16m --fdatasync=1 \
     --output-format=json 2>/dev/null > "$T/fio-lat.json"
-python3 - "$T/fio-lat.json" <<'EOF' | emit
+# fio's fdatasync latency percentiles, as fio.fdatasync_NAME_p{50,99}_us
+sync_lat() {
+  python3 - "$1" "$2" <<'EOF' | emit
 import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-p = j["sync"]["lat_ns"]["percentile"]
-print(f"fio.fdatasync_4k_p50_us {p['50.000000'] / 1000:.0f} us")
-print(f"fio.fdatasync_4k_p99_us {p['99.000000'] / 1000:.0f} us")
+p = json.load(open(sys.argv[1]))["jobs"][0]["sync"]["lat_ns"]["percentile"]
+for q in ("50", "99"):
+    print(f"fio.fdatasync_{sys.argv[2]}_p{q}_us {p[q + '.000000'] / 1000:.0f} us")
 EOF
+}
+sync_lat "$T/fio-lat.json" 4k
+rm -rf "$T/fio"
+# The light-load peer does the light run's I/O: one write of its mean segment size (in 4 KiB
+# multiples) and one fdatasync, then an idle pause of 10 ms (the light writers' own pause; the
+# disk idles longer between DSTL's segments, as the batch's persist-delay comes on top). A
+# virtio disk answers an fdatasync after an idle gap much later than one right behind another:
+# back to back (above) p50 ~180 us, p99 ~300 us; paced, p50 ~260 us, p99 ~0.9-2.8 ms on this VM.
+# Twice as long as a benchmark run: its p99 rests on a few hundred syncs.
+lseg=$(python3 -c "b=float('$(val local.light.w16.segment_mean_bytes)' or 4096); print(max(4096, -(-int(b) // 4096) * 4096))")
+echo "fio.paced_bytes $lseg B" | emit
+rm -rf "$T/fio"; mkdir -p "$T/fio"
+fio --name=paced --directory="$T/fio" --ioengine=io_uring --rw=write --bs="$lseg" --size=64m --fdatasync=1 \
+    --thinktime=10000 --runtime="$((SECS * 2))" --output-format=json 2>/dev/null > "$T/fio-paced.json"
+sync_lat "$T/fio-paced.json" paced
 rm -rf "$T/fio"
 db_bench --benchmarks=fillrandom --sync=1 --threads=64 --value_size=100 --num=1000000 --duration="$SECS" \
     --histogram=1 --db="$T/rocks" > "$T/rocks.txt" 2>&1
@@ -116,9 +132,14 @@ disk=$(python3 -c "print(max(float('$(val fio.seg_buffered_mb_s)' or 0), float('
 echo "local.disk_mb_s $disk MB/s" | emit
 echo "local.vs_disk $(ratio "$(val local.paired_mb_s)" "$disk") x" | emit
 echo "local.direct_vs_buffered $(ratio "$(val local.direct.w16.mb_s)" "$(val local.load.w16.mb_s)") x" | emit
-budget=$(python3 -c "print(10000 + 1.5 * float('$(val fio.fdatasync_4k_p99_us)' or 0))")
+# the light-load budget: persist-delay + 1.5 x the p99 of the disk doing the light run's I/O
+# (the paced peer); the former budget, on fio's back-to-back 4 KiB fdatasyncs, beside it
+budget=$(python3 -c "print(10000 + 1.5 * float('$(val fio.fdatasync_paced_p99_us)' or 0))")
 echo "local.p99_budget_us $budget us" | emit
 echo "local.p99_vs_budget $(ratio "$(val local.light.w16.persist_p99_us)" "$budget") x" | emit
+b2b=$(python3 -c "print(10000 + 1.5 * float('$(val fio.fdatasync_4k_p99_us)' or 0))")
+echo "local.p99_b2b_budget_us $b2b us" | emit
+echo "local.p99_vs_b2b_budget $(ratio "$(val local.light.w16.persist_p99_us)" "$b2b") x" | emit
 echo "local.commits_vs_rocksdb $(ratio "$(val local.commits_s_w64)" "$(val rocksdb.sync_commits_s)") x" | emit
 echo "local.commit_p99_vs_rocksdb $(ratio "$(val local.commit_p99_us_w64)" "$(val rocksdb.sync_p99_us)") x" | emit
 rss=$(val local.load.w1024.rss_peak_mb)
