@@ -64,6 +64,8 @@ struct dstl_future {
     int cb_set;                 /* a callback was registered (only one may be) */
     dstl_future *deferred_next; /* on the completing thread's list, waiting for cb */
     dstl_future *signal_next;   /* on the completing thread's list, to be signalled */
+    int nblocked;               /* threads asleep in dstl_future_wait on done_cv */
+    dstl_future *wake_next[2];  /* futures whose sleepers this one's waiter wakes (refs held) */
     char errmsg[512];
     dstl_handle *handle;
 
@@ -242,11 +244,58 @@ static void complete(dstl_future *f, int err, dstl_handle *h)
     pthread_mutex_unlock(&f->mu);
 }
 
-void future_signal_completed(void)
+/* Wakes f's sleepers and drops a reference (the one that kept f valid for the wake). */
+static void wake_and_unref(dstl_future *f)
 {
-    while (to_signal) {
+    /* after the signaller's unlock, so the woken waiter finds the mutex free; the reference
+     * keeps f valid though the waiter may free it as soon as it sees done */
+    pthread_cond_broadcast(&f->done_cv);
+    future_unref(f);
+}
+
+/* A waiter leaving a done future hands on the wake-ups its future was given. */
+static void pass_wakes(dstl_future *f)
+{
+    pthread_mutex_lock(&f->mu);
+    dstl_future *a = f->wake_next[0], *b = f->wake_next[1];
+    f->wake_next[0] = f->wake_next[1] = NULL;
+    pthread_mutex_unlock(&f->mu);
+    if (a) wake_and_unref(a);
+    if (b) wake_and_unref(b);
+}
+
+/* Futures signalled in one tree at most: a longer list is signalled in several. */
+enum { WAKE_TREE_MAX = 64 };
+
+/* Marks up to WAKE_TREE_MAX futures of to_signal done and wakes their sleepers, the wake-ups
+ * spread over the woken threads: the futures with a sleeper form a binary tree (node i's
+ * children are 2i+1 and 2i+2) and a sleeper leaving dstl_future_wait wakes its node's
+ * children (pass_wakes), so this thread wakes one and the tree is awake after log2(n) rounds.
+ * Measured (bench_local commits, 64 committers, persist-delay 0): the pipeline thread spent a
+ * third of its cycles in try_to_wake_up, waking the ~40 committers of every segment one by
+ * one, while it is the one thread every commit goes through.
+ *
+ * No sleeper is ever left asleep on a done future: a node's `done` and its children are set
+ * together under its mutex, before anyone is woken, so the waiter that sees done also sees
+ * whom to wake; a node that lost its sleeper between the two looks (a timed wait that ended)
+ * hands no wake-ups on, and this thread wakes its children itself. */
+static void signal_some(void)
+{
+    dstl_future *n[WAKE_TREE_MAX], *rest[WAKE_TREE_MAX];
+    int nn = 0, nrest = 0;
+    while (to_signal && nn + nrest < WAKE_TREE_MAX) {
         dstl_future *f = to_signal;
         to_signal = f->signal_next;
+        pthread_mutex_lock(&f->mu);
+        int asleep = f->nblocked > 0;
+        pthread_mutex_unlock(&f->mu);
+        if (asleep) n[nn++] = f;
+        else rest[nrest++] = f;
+    }
+    unsigned char hands_on[WAKE_TREE_MAX];
+    for (int i = 0; i < nn + nrest; i++) {
+        int in_tree = i < nn;
+        dstl_future *f = in_tree ? n[i] : rest[i - nn];
         pthread_mutex_lock(&f->mu);
         f->done = 1;
         if (f->cb) {
@@ -254,12 +303,23 @@ void future_signal_completed(void)
             f->deferred_next = deferred;
             deferred = f;
         }
+        hands_on[i] = in_tree && f->nblocked > 0;
+        if (hands_on[i]) {
+            /* the children's references (to_signal's) go with them */
+            f->wake_next[0] = 2 * i + 1 < nn ? n[2 * i + 1] : NULL;
+            f->wake_next[1] = 2 * i + 2 < nn ? n[2 * i + 2] : NULL;
+        }
         pthread_mutex_unlock(&f->mu);
-        /* after the unlock, so the woken waiter finds the mutex free; to_signal's reference
-         * keeps f valid though the waiter may free it as soon as it sees done */
-        pthread_cond_broadcast(&f->done_cv);
-        future_unref(f);
     }
+    /* every node done: now the wakes, each node once, by its parent's waiter or by us */
+    for (int i = 0; i < nn; i++)
+        if (i == 0 || !hands_on[(i - 1) / 2]) wake_and_unref(n[i]);
+    for (int i = 0; i < nrest; i++) wake_and_unref(rest[i]);
+}
+
+void future_signal_completed(void)
+{
+    while (to_signal) signal_some();
 }
 
 static void run_callback(dstl_future *f, dstl_future_fn fn, void *arg)
@@ -401,6 +461,7 @@ int dstl_future_wait(dstl_future *f, int64_t timeout_ms)
     /* inside a callback nothing blocks: a pending future is reported at once */
     if (in_callback) timeout_ms = 0;
     pthread_mutex_lock(&f->mu);
+    f->nblocked++;
     if (timeout_ms < 0) {
         while (!f->done) pthread_cond_wait(&f->done_cv, &f->mu);
     } else if (!f->done) {
@@ -415,8 +476,10 @@ int dstl_future_wait(dstl_future *f, int64_t timeout_ms)
         while (!f->done && pthread_cond_timedwait(&f->done_cv, &f->mu, &ts) == 0) {
         }
     }
+    f->nblocked--;
     int done = f->done;
     pthread_mutex_unlock(&f->mu);
+    if (done) pass_wakes(f);
     return done ? 0 : err_fail(-ETIMEDOUT, "persist of writer %s checkpoint %llu: still pending after %lld ms",
                                f->writer_id, (unsigned long long)f->checkpoint_id, (long long)timeout_ms);
 }
@@ -477,5 +540,6 @@ void dstl_future_free(dstl_future *f)
     f->user_gone = 1;
     f->cb = NULL;               /* a callback not yet started never runs now */
     pthread_mutex_unlock(&f->mu);
+    pass_wakes(f);              /* none are left unless a waiter is still inside (misuse) */
     future_unref(f);
 }

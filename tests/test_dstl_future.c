@@ -301,3 +301,80 @@ Test(dstl_future, results_are_independent_handles_freed_in_any_order)
     dstl_writer_close(w);
     cr_assert_eq(dstl_storage_close(s), 0);
 }
+
+/* The pipeline wakes one sleeper of a batch and each woken sleeper wakes two more
+ * (future.c, signal_some): every sleeper of every batch must still wake. One batch per round
+ * holds 48 writers' persists; their futures are slept on by one thread each, by two threads,
+ * in timed waits that keep expiring (a node whose sleeper leaves between the pipeline's two
+ * looks), or by nobody (freed while pending, or never waited on). */
+enum { WT_WRITERS = 48, WT_ROUNDS = 12 };
+
+typedef struct {
+    dstl_future *f;
+    int timed;                  /* wait in 3 ms slices, as a poller would */
+    atomic_int *woke;
+    int err;
+} sleeper;
+
+static void *sleep_on(void *arg)
+{
+    sleeper *z = arg;
+    if (z->timed) {
+        int rc;
+        for (int i = 0; i < 20000 && (rc = dstl_future_wait(z->f, 3)) == -ETIMEDOUT; i++) {
+        }
+        z->err = rc;
+    } else {
+        z->err = dstl_future_wait(z->f, -1);
+    }
+    atomic_fetch_add(z->woke, 1);
+    return NULL;
+}
+
+Test(dstl_future, every_sleeper_of_a_batch_wakes_though_the_wakes_are_handed_on)
+{
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "30ms", NULL);
+    dstl_writer *w[WT_WRITERS];
+    for (int i = 0; i < WT_WRITERS; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "w%d", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, 7, &w[i]), 0);
+    }
+    for (int round = 0; round < WT_ROUNDS; round++) {
+        dstl_future *f[WT_WRITERS];
+        sleeper z[WT_WRITERS * 2];
+        pthread_t th[WT_WRITERS * 2];
+        int nz = 0;
+        atomic_int woke = 0;
+        for (int i = 0; i < WT_WRITERS; i++) {
+            t_append_n(w[i], (uint32_t)i + 1, 3, 0, 8, 100);
+            cr_assert_eq(dstl_persist(w[i], 0, (uint64_t)round + 1, &f[i]), 0, "%s", dstl_last_error());
+            int kind = (i + round) % 6;          /* 0-1 one sleeper, 2 two, 3 timed, 4 freed, 5 none */
+            if (kind == 4) {
+                dstl_future_free(f[i]);
+                f[i] = NULL;
+                continue;
+            }
+            for (int k = 0; k < (kind == 2 ? 2 : kind == 5 ? 0 : 1); k++) {
+                z[nz] = (sleeper){f[i], kind == 3, &woke, 0};
+                cr_assert_eq(pthread_create(&th[nz], NULL, sleep_on, &z[nz]), 0);
+                nz++;
+            }
+        }
+        /* a sleeper left asleep shows here, named, rather than as the suite's timeout */
+        for (int t = 0; t < 3000 && atomic_load(&woke) < nz; t++) usleep(5000);
+        cr_assert_eq(atomic_load(&woke), nz, "round %d: %d of %d sleepers woke within 15 s", round,
+                     atomic_load(&woke), nz);
+        for (int k = 0; k < nz; k++) {
+            pthread_join(th[k], NULL);
+            cr_expect_eq(z[k].err, 0, "round %d: sleeper %d: %d", round, k, z[k].err);
+        }
+        for (int i = 0; i < WT_WRITERS; i++) {
+            if (!f[i]) continue;
+            cr_expect(dstl_future_done(f[i]), "round %d: writer %d not done", round, i);
+            dstl_future_free(f[i]);
+        }
+    }
+    for (int i = 0; i < WT_WRITERS; i++) dstl_writer_close(w[i]);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
