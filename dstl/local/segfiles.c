@@ -266,3 +266,43 @@ int segfile_reachable(int fd, const char *dir, dev_t dir_dev, ino_t dir_ino, con
     }
     return 0;
 }
+
+/* mkdir -p, with each new directory's entry made durable by an fsync of its parent. */
+int segfile_make_dir(const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            return err_fail(-ENOTDIR, "local dir %s: exists and is not a directory", dir);
+        return 0;
+    }
+    if (errno != ENOENT) return err_fail(-errno, "local dir %s: %s", dir, strerror(errno));
+
+    char parent[PATH_MAX];
+    size_t n = strlen(dir);
+    if (n >= sizeof parent) return err_fail(-ENAMETOOLONG, "local dir %s: path too long", dir);
+    memcpy(parent, dir, n + 1);
+    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        strcpy(parent, ".");
+    else if (slash == parent)
+        parent[1] = '\0';
+    else
+        *slash = '\0';
+    int rc = segfile_make_dir(parent);
+    if (rc < 0) return rc;
+
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return err_fail(-errno, "create local dir %s: %s", dir, strerror(errno));
+    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return err_fail(-errno, "open %s (parent of %s): %s", parent, dir, strerror(errno));
+    /* DURABILITY: the new directory's entry in its parent is durable after this fsync. A crash
+     * before it may lose the (still empty) directory; nothing in it was acknowledged. */
+    rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    if (rc < 0)
+        return err_fail(rc, "fsync %s (parent of new local dir %s): %s", parent, dir,
+                        strerror(-rc));
+    return 0;
+}

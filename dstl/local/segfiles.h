@@ -19,5 +19,7 @@ int segfile_run_lock(int dir_fd, const char *dir, const char *owner, int *lock_f
 /* Whether synced file fd (dir/name) is still reachable: it has a directory entry, and dir still
  * names the directory (dir_dev, dir_ino) the store opened. 0, or -EIO with the reason in why. */
 int segfile_reachable(int fd, const char *dir, dev_t dir_dev, ino_t dir_ino, const char *name, char *why, size_t cap);
+/* mkdir -p dir, each new directory's entry made durable by an fsync of its parent; 0 or -errno. */
+int segfile_make_dir(const char *dir);
 
 #endif
