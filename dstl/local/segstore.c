@@ -90,6 +90,7 @@ struct seg_write {
 struct seg_reserved {
     int fd;
     uint64_t dir_gen;
+    uint64_t size;               /* bytes in the file: 0 when created, a deleted segment's when recycled */
     char name[NAME_MAX + 1];
 };
 
@@ -247,46 +248,6 @@ static void on_dir_synced(segstore *s, int res)
 
 /* ---- open / close ---------------------------------------------------------------------------- */
 
-/* mkdir -p, with each new directory's entry made durable by an fsync of its parent. */
-static int make_dir(const char *dir)
-{
-    struct stat st;
-    if (stat(dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            return err_fail(-ENOTDIR, "local dir %s: exists and is not a directory", dir);
-        return 0;
-    }
-    if (errno != ENOENT) return err_fail(-errno, "local dir %s: %s", dir, strerror(errno));
-
-    char parent[PATH_MAX];
-    size_t n = strlen(dir);
-    if (n >= sizeof parent) return err_fail(-ENAMETOOLONG, "local dir %s: path too long", dir);
-    memcpy(parent, dir, n + 1);
-    while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
-    char *slash = strrchr(parent, '/');
-    if (!slash)
-        strcpy(parent, ".");
-    else if (slash == parent)
-        parent[1] = '\0';
-    else
-        *slash = '\0';
-    int rc = make_dir(parent);
-    if (rc < 0) return rc;
-
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return err_fail(-errno, "create local dir %s: %s", dir, strerror(errno));
-    int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return err_fail(-errno, "open %s (parent of %s): %s", parent, dir, strerror(errno));
-    /* DURABILITY: the new directory's entry in its parent is durable after this fsync. A crash
-     * before it may lose the (still empty) directory; nothing in it was acknowledged. */
-    rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    if (rc < 0)
-        return err_fail(rc, "fsync %s (parent of new local dir %s): %s", parent, dir,
-                        strerror(-rc));
-    return 0;
-}
-
 /* Whether the store's file system takes O_DIRECT: a probe file opened with it, removed at
  * once (a crash in between leaves a dot file no gc or reader looks at). 0, or -EINVAL with a
  * detail naming dstl.io.direct, or the -errno of the probe's create. */
@@ -314,7 +275,7 @@ static int probe_direct(const segstore *s)
 int segstore_open(const struct segstore_opts *o, segstore **out)
 {
     if (!o || !o->dir || !o->dir[0]) return err_fail(-EINVAL, "local store: no directory given");
-    int rc = make_dir(o->dir);
+    int rc = segfile_make_dir(o->dir);
     if (rc < 0) return rc;
     segstore *s = calloc(1, sizeof *s);
     if (!s || !(s->dir = strdup(o->dir))) {
@@ -397,6 +358,10 @@ static int check_reachable(segstore *s, int fd, const char *name, char *why, siz
 
 /* ---- reservations and writes --------------------------------------------------------------- */
 
+/* Recycled files this large keep their bytes, up to RECYCLE_HOLD_MAX in all reservations */
+#define RECYCLE_KEEP_MIN (1ull << 20)
+#define RECYCLE_HOLD_MAX (256ull << 20)
+
 static struct seg_reserved *find_reserved(segstore *s, const char *name)
 {
     for (unsigned i = 0; i < s->n_reserved; i++)
@@ -418,11 +383,13 @@ static int reserve_check(segstore *s, const char *name)
     return owner_lock(s);
 }
 
-/* Keeps fd, open on the new name, as a reservation and joins the next directory fsync. */
-static void reserve_add(segstore *s, const char *name, int fd)
+/* Keeps fd, open on the new name and holding size bytes, as a reservation and joins the
+ * next directory fsync. */
+static void reserve_add(segstore *s, const char *name, int fd, uint64_t size)
 {
     struct seg_reserved *r = &s->reserved[s->n_reserved++];
     r->fd = fd;
+    r->size = size;
     strcpy(r->name, name);
     r->dir_gen = dir_entry_added(s);
     submit(s);
@@ -437,7 +404,7 @@ int segstore_reserve(segstore *s, const char *name)
     /* DURABILITY: the empty file exists in the page cache only; dir_entry_added starts the
      * directory fsync that makes its name durable. A crash leaves no file or an empty one
      * (an orphan for gc); nothing refers to it yet. */
-    reserve_add(s, name, fd);
+    reserve_add(s, name, fd, 0);
     s->st.creates++;
     return 0;
 }
@@ -450,7 +417,16 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
         return err_fail(-EINVAL, "recycle %s/%s: it is a reservation, not a deleted segment", s->dir, old_name);
     int fd = openat(s->dir_fd, old_name, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return err_fail(-errno, "recycle %s/%s: %s", s->dir, old_name, strerror(errno));
-    if (ftruncate(fd, 0) < 0) {
+    /* A large file keeps its blocks for the next segment to overwrite (segstore_write cuts
+     * off what is left past its end): freeing and allocating them again cost more than the
+     * write (perf/README.md, "What held the load runs below the disk"). A small one, or one
+     * past RECYCLE_HOLD_MAX, is emptied as before. */
+    struct stat st;
+    if (fstat(fd, &st) < 0) st.st_size = 0;
+    uint64_t held = 0;
+    for (unsigned i = 0; i < s->n_reserved; i++) held += s->reserved[i].size;
+    int empty = (uint64_t)st.st_size < RECYCLE_KEEP_MIN || held + (uint64_t)st.st_size > RECYCLE_HOLD_MAX;
+    if (empty && ftruncate(fd, 0) < 0) {
         rc = err_fail(-errno, "recycle %s/%s: truncate: %s", s->dir, old_name, strerror(errno));
         close(fd);
         return rc;
@@ -463,13 +439,12 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
     }
     /* DURABILITY: like a creation: the new name (and the old one's removal) becomes durable
      * with the directory fsync dir_entry_added starts, before any write into it is
-     * acknowledged. The truncate is not synced: a crash may leave the reserved name holding
-     * the deleted segment's bytes (or a prefix), or bring back the old name. Neither is
-     * referenced by any handle (the old segment was deleted because nothing referenced it, the
-     * new name is not acknowledged yet); the header's segment number tells a stale file from
-     * its name, and gc removes both as orphans. A write into the name makes its own bytes and
-     * size durable with its fdatasync, as in a created file. */
-    reserve_add(s, name, fd);
+     * acknowledged. Until written, the name holds the deleted segment's bytes (a truncate is
+     * not synced either); a crash may leave them (or part of a new segment over them), or
+     * bring back the old name. Neither is referenced by any handle; the header's segment
+     * number tells a stale file from its name (dstl verify: MISNAMED), and gc removes both as
+     * orphans. A write makes its own bytes and size durable with its fdatasync. */
+    reserve_add(s, name, fd, empty ? 0 : (uint64_t)st.st_size);
     s->st.recycles++;
     return 0;
 }
@@ -534,8 +509,18 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
     if (r) {
         w->fd = r->fd;
         w->dir_gen = r->dir_gen; /* usually synced long ago */
+        uint64_t held = r->size;
         *r = s->reserved[--s->n_reserved];
         s->st.reserved_hits++;
+        /* a recycled file longer than this segment loses its tail first (the fdatasync makes
+         * the size durable); before the write, as a truncate waits for direct writes */
+        if (held > len && ftruncate(w->fd, (off_t)len) < 0) {
+            rc = -errno;
+            close(w->fd);
+            fail_stop(s, "write %s/%s: cutting the recycled file to %zu bytes: %s", s->dir, name, len,
+                      strerror(-rc));
+            return finish_early(s, w, -EIO, FAIL_STORE);
+        }
     } else {
         if (owner_lock(s) < 0) return finish_early(s, w, -EIO, FAIL_LOCK);
         w->fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
