@@ -35,7 +35,8 @@
 #                                               the flat-out w256 run and its recovery with
 #                                               encryption at rest, against a plain run made
 #                                               just before it
-# DSTL_PERF_RECOVERY_ONLY=1 runs just the flat-out runs and the recovery lines.
+# DSTL_PERF_RECOVERY_ONLY=1 runs just the flat-out runs and the recovery lines;
+# DSTL_PERF_RECOVERY_NS="16" (default "16 256 1024") picks the writer counts run.
 set -euo pipefail
 B=${1:?usage: perf/remote.sh BUILD_DIR}
 : "${S3_ENDPOINT:?}" "${S3_ACCESS_KEY:?}" "${S3_SECRET_KEY:?}"
@@ -68,7 +69,7 @@ awk -v a="\$t0" -v z="\$t1" 'BEGIN { printf "%.6f\n", z - a }'
 RAW
 chmod +x "$W/rawget.sh"
 export DSTL_PERF_RAW_GET="$W/rawget.sh"
-for n in 16 256 1024; do
+for n in ${DSTL_PERF_RECOVERY_NS:-16 256 1024}; do
   extra=(); [ "$n" = 256 ] && extra=(rescale)
   "$B/perf/bench_remote" load "$W/d$n" "$BUCKET" "$n" "$SECS" 0 "$W/keys$n" "${extra[@]}" | emit
   [ "$ONLY" = 1 ] || "$B/perf/bench_remote" load "$W/r$n" "$BUCKET" "$n" "$SECS" "$RATE" "" | emit
@@ -92,7 +93,7 @@ for i in $(seq 50); do
   curl -sf -o /dev/null -w '%{time_total}\n' "${SIG[@]}" "$S3_ENDPOINT/$BUCKET/perf-small-$$"
 done | sort -n | awk '{v[NR] = $1} END {i = int(NR * 0.99); if (i < 1) i = 1; printf "recovery.small_get_p99_ms %.2f ms\n", v[i] * 1000}' | emit
 curl -sf -o /dev/null "${SIG[@]}" -X DELETE "$S3_ENDPOINT/$BUCKET/perf-small-$$" || true
-for n in 16 256 1024; do
+for n in ${DSTL_PERF_RECOVERY_NS:-16 256 1024}; do
   awk -v a="$(val recovery.w$n.first_record_ms)" -v b="$(val recovery.small_get_p99_ms)" -v n="$n" \
     'BEGIN{printf "recovery.w%d.first_record_vs_get %.2f x\n", n, b ? a/b : 0}' | emit
 done
