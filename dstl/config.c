@@ -18,7 +18,7 @@
 #include "dstl/config.h"
 #include "dstl/err.h"
 
-enum kind { K_TEXT, K_DURATION, K_SIZE, K_BOOL, K_COUNT, K_ENUM };
+enum kind { K_TEXT, K_DURATION, K_SIZE, K_BOOL, K_BOOL_AUTO, K_COUNT, K_ENUM };   /* K_BOOL_AUTO: a bool or "auto" */
 
 typedef struct {
     config_key_info info;
@@ -118,10 +118,11 @@ static const key_def keys[] = {
      K_TEXT, NULL, OFF(encryption_key_file), 0, 0},
     {{"dstl.io.engine", "io_uring", "enum: io_uring|libaio|psync", "local file I/O engine", 0},
      K_ENUM, engine_choices, OFF(io_engine), 0, 0},
-    {{"dstl.io.direct", "false", "bool",
-      "write segments with O_DIRECT (aligned buffers; the last partial block goes through the page cache); "
-      "the file system must support it, else the storage open fails naming this key", 0},
-     K_BOOL, NULL, OFF(io_direct), 0, 0},
+    {{"dstl.io.direct", "auto", "bool or auto",
+      "write segments with O_DIRECT (aligned buffers; the last partial block goes through the page cache): true = "
+      "the file system must take 4 KiB-aligned O_DIRECT writes, else the storage open fails naming this key; auto = "
+      "O_DIRECT where it does, the page cache where it does not (tmpfs before Linux 6.6, ramfs)", 0},
+     K_BOOL_AUTO, NULL, OFF(io_direct), 0, 0},
     {{"dstl.cache.dir", "", "text", "reader cache directory; empty = <dstl.local.dir>/cache", 0},
      K_TEXT, NULL, OFF(cache_dir), 0, 0},
     {{"dstl.cache.max-size", "1gb", "size", "reader cache size bound", 0},
@@ -299,7 +300,12 @@ static int parse_value(const key_def *k, const char *value, config_values *v, co
         if (slot) *(const char **)slot = value;
         return 0;
     case K_BOOL:
-        if (parse_bool(value, &b) < 0) { snprintf(expect, sizeof expect, "true or false"); goto bad; }
+    case K_BOOL_AUTO:
+        if (k->kind == K_BOOL_AUTO && !strcmp(value, "auto")) b = CFG_BOOL_AUTO;
+        else if (parse_bool(value, &b) < 0) {
+            snprintf(expect, sizeof expect, k->kind == K_BOOL ? "true or false" : "true, false or auto");
+            goto bad;
+        }
         if (slot) *(int *)slot = b;
         return 0;
     case K_ENUM:

@@ -20,6 +20,7 @@ enum { CFG_COMP_NONE = 0, CFG_COMP_LZ4 = 1, CFG_COMP_ZSTD = 2 };  /* = WIRE_COMP
 enum { CFG_IO_URING = 0, CFG_IO_LIBAIO = 1, CFG_IO_PSYNC = 2 };
 enum { CFG_PAYLOAD_UNSIGNED = 0, CFG_PAYLOAD_SHA256 = 1 };
 enum { CFG_VERIFY_AUTO = 0, CFG_VERIFY_READ_BACK = 1 };
+enum { CFG_BOOL_AUTO = 2 };   /* a bool-or-auto key set to auto (false 0, true 1) */
 
 typedef struct {
     const char *local_dir;
@@ -49,7 +50,7 @@ typedef struct {
     int compression;                     /* CFG_COMP_* */
     const char *encryption_key_file;
     int io_engine;                       /* CFG_IO_* */
-    int io_direct;                       /* dstl.io.direct: O_DIRECT segment writes */
+    int io_direct;                       /* dstl.io.direct: 0, 1, CFG_BOOL_AUTO */
     const char *cache_dir;               /* "" = <local_dir>/cache */
     uint64_t cache_max_size_bytes;
     uint64_t cache_idle_timeout_ms;

@@ -89,7 +89,8 @@ int storage_open_with_seams(const dstl_config *c, const storage_seams *t, dstl_s
         goto fail_sync;
     }
     struct segstore_opts so = {.dir = s->local_dir, .owner = s->run_id, .engine = engine_names[s->conf.io_engine],
-                               .fault = t ? t->fault : NULL, .direct = s->conf.io_direct};
+                               .fault = t ? t->fault : NULL, .direct = s->conf.io_direct != 0,
+                               .direct_auto = s->conf.io_direct == CFG_BOOL_AUTO};
     if ((rc = segstore_open(&so, &s->store)) < 0) {
         rc = err_fail(rc, "dstl.local.dir %s: %s", s->local_dir, dstl_last_error());
         goto fail_sync;

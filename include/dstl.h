@@ -484,8 +484,9 @@ typedef struct {
     /* restore plans, summed over those closed (dstl_restore_stats has each one's) */
     uint64_t restores, restore_objects_fetched, restore_requests;
     uint64_t restore_bytes_fetched, restore_bytes_delivered, restore_cache_hits;
-    /* segments of at least 4 KiB from an aligned buffer written with O_DIRECT (dstl.io.direct;
-     * a smaller segment goes through the page cache whole): the check that the option bites */
+    /* segments of at least 4 KiB from an aligned buffer written with O_DIRECT (dstl.io.direct,
+     * by default auto: where the local dir's file system takes it; a smaller segment goes
+     * through the page cache whole): the check that the option bites */
     uint64_t segments_direct;
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);

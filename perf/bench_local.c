@@ -295,6 +295,8 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     }
     printf("local.%s.w%d.persists_s %.0f persists/s\n", pre, nwriters, (double)st.persists / el);
     printf("local.%s.w%d.segments_s %.0f segments/s\n", pre, nwriters, (double)st.segments_written / el);
+    printf("local.%s.w%d.segments_direct_share %.3f x\n", pre, nwriters,
+           st.segments_written ? (double)st.segments_direct / (double)st.segments_written : 0.0);
     /* what the disk was given per fdatasync: the size perf/run.sh's fio peers write */
     printf("local.%s.w%d.segment_mean_bytes %.0f B\n", pre, nwriters,
            st.segments_written ? (double)st.segment_bytes / (double)st.segments_written : 0);

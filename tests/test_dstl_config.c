@@ -42,7 +42,7 @@ Test(dstl_config, defaults_match_design)
     cr_expect_eq(v.cache_max_size_bytes, 1ull << 30);
     cr_expect_eq(v.durability, CFG_DURABILITY_LOCAL);
     cr_expect_eq(v.io_engine, CFG_IO_URING);
-    cr_expect_eq(v.io_direct, 0);   /* measured: perf/README.md, dstl.io.direct */
+    cr_expect_eq(v.io_direct, CFG_BOOL_AUTO);   /* measured: perf/README.md, dstl.io.direct */
     cr_expect_eq(v.s3_tls_verify, 1);
     dstl_config_free(c);
 }
@@ -103,6 +103,27 @@ Test(dstl_config, bad_values_name_the_key)
                   dstl_last_error());
         dstl_config_free(c);
     }
+}
+
+Test(dstl_config, io_direct_takes_a_bool_or_auto)
+{
+    static const struct { const char *value; int want; } ok[] = {
+        {"auto", CFG_BOOL_AUTO}, {"true", 1}, {"false", 0}, {"on", 1}, {"no", 0}, {"1", 1},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        dstl_config *c = new_config();
+        cr_assert_eq(dstl_config_set(c, "dstl.io.direct", ok[i].value), 0, "%s: %s", ok[i].value, dstl_last_error());
+        config_values v;
+        cr_assert_eq(config_resolve(c, &v), 0);
+        cr_expect_eq(v.io_direct, ok[i].want, "dstl.io.direct=%s", ok[i].value);
+        dstl_config_free(c);
+    }
+    dstl_config *c = new_config();
+    cr_expect_eq(dstl_config_set(c, "dstl.io.direct", "Auto"), DSTL_ECONFIG);
+    cr_expect(strstr(dstl_last_error(), "true, false or auto") != NULL, "%s", dstl_last_error());
+    /* auto is for this key only */
+    cr_expect_eq(dstl_config_set(c, "dstl.s3.path-style", "auto"), DSTL_ECONFIG);
+    dstl_config_free(c);
 }
 
 Test(dstl_config, unknown_key_rejected)

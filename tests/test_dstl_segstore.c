@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,7 +44,13 @@ static void setup(void)
     snprintf(store_dir, sizeof store_dir, "%s/segs", tmp_dir);
 }
 
-static void teardown(void) { nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static void teardown(void)
+{
+    char ram[96];
+    snprintf(ram, sizeof ram, "%s/ram", tmp_dir);
+    umount2(ram, MNT_DETACH); /* a failed direct_auto test's ramfs (EINVAL when there is none) */
+    nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 TestSuite(dstl_segstore, .init = setup, .fini = teardown, .timeout = 60);
 
@@ -668,6 +675,54 @@ Test(dstl_segstore, short_direct_writes_finish_through_the_page_cache)
         segstore_close(s);
         ioeng_fault_free(f);
     }
+    free(buf);
+}
+
+/* dstl.io.direct: auto (the default) probes the directory at open: where the file system takes
+ * aligned O_DIRECT writes they go direct, where it refuses them (ramfs) every segment goes
+ * through the page cache and the open still succeeds; true refuses such a directory. */
+Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_cache_where_refused)
+{
+    char ram[72], probe[64];
+    snprintf(ram, sizeof ram, "%.60s/ram", tmp_dir);
+    snprintf(probe, sizeof probe, ".direct-probe-%ld", (long)getpid());
+    cr_assert_eq(mkdir(ram, 0700), 0);
+    cr_assert_eq(mount("ramfs", ram, "ramfs", 0, NULL), 0, "mount a ramfs on %s (needs root): %s", ram,
+                 strerror(errno));
+    char disk_dir[96];
+    snprintf(disk_dir, sizeof disk_dir, "%s", store_dir);
+    snprintf(store_dir, sizeof store_dir, "%s/segs", ram);
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 64 * 1024);
+    cr_assert(buf);
+
+    struct segstore_opts o = {.dir = store_dir, .engine = "psync", .direct = true};
+    segstore *s = NULL;
+    cr_assert_eq(segstore_open(&o, &s), -EINVAL, "true on a ramfs opened");
+    cr_assert(strstr(dstl_last_error(), "dstl.io.direct") && strstr(dstl_last_error(), store_dir),
+              "detail: %s", dstl_last_error());
+    cr_assert_not(file_exists(probe), "the refused probe file was left behind");
+
+    o.direct_auto = true;
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        t_engine_or_skip(engines[k]);
+        o.engine = engines[k];
+        cr_assert_eq(segstore_open(&o, &s), 0, "auto on a ramfs, %s: %s", engines[k], dstl_last_error());
+        cr_assert_not(file_exists(probe));
+        write_and_expect(s, engines[k], (unsigned)k, buf, 5 * 4096 + 99);
+        write_and_expect(s, engines[k], (unsigned)(k + 10), buf, 16 * 4096);
+        cr_assert_eq(segstore_direct_writes(s), 0, "%s: a write went direct on a ramfs", engines[k]);
+        cr_assert_eq(segstore_failed(s), 0);
+        segstore_close(s);
+    }
+    cr_assert_eq(umount(ram), 0, "umount %s: %s", ram, strerror(errno));
+
+    snprintf(store_dir, sizeof store_dir, "%s", disk_dir);
+    o.engine = "psync";
+    cr_assert_eq(segstore_open(&o, &s), 0, "auto on %s: %s", store_dir, dstl_last_error());
+    write_and_expect(s, "psync", 20, buf, 5 * 4096 + 99);
+    cr_assert_eq(segstore_direct_writes(s), 1, "auto did not go direct on %s", store_dir);
+    cr_assert_not(file_exists(probe));
+    segstore_close(s);
     free(buf);
 }
 

@@ -106,6 +106,7 @@ struct segstore {
     ino_t dir_ino;
     atomic_bool unlink_dirty;       /* an unlink since the last directory fsync started     */
     bool direct;                    /* dstl.io.direct: segment writes with O_DIRECT         */
+    bool direct_unprobed;           /* auto: not probed yet (pipeline thread, first write)  */
     atomic_uint_fast64_t direct_writes; /* written so (segstore_direct_writes: any thread)  */
 
     /* the run's ownership lock (pipeline thread): taken before the first file is created */
@@ -248,28 +249,37 @@ static void on_dir_synced(segstore *s, int res)
 
 /* ---- open / close ---------------------------------------------------------------------------- */
 
-/* Whether the store's file system takes O_DIRECT: a probe file opened with it, removed at
- * once (a crash in between leaves a dot file no gc or reader looks at). 0, or -EINVAL with a
- * detail naming dstl.io.direct, or the -errno of the probe's create. */
-static int probe_direct(const segstore *s)
+/* Whether the store's file system takes the writes dstl.io.direct makes: a probe file opened
+ * with O_DIRECT and one 4 KiB block written into it from a 4 KiB-aligned buffer (a file system
+ * may take the open and refuse the alignment: a device with larger logical blocks), removed at
+ * once (a crash in between leaves a dot file no gc or reader looks at). 0; 1 when the file
+ * system refuses it (-EINVAL from the open or the write); or the -errno of the probe's create
+ * or write (*what says which). Sets no error detail. */
+static int probe_direct(const segstore *s, const char **what)
 {
     char name[64];
     snprintf(name, sizeof name, ".direct-probe-%ld", (long)getpid());
+    unlinkat(s->dir_fd, name, 0); /* a crashed probe of a process with our pid */
     int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) { /* a crashed probe of a process with our pid */
-        unlinkat(s->dir_fd, name, 0);
-        fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? -errno : 0;
+    *what = "create";
+    if (fd >= 0) {
+        void *block = NULL;
+        if (posix_memalign(&block, IOENG_DIRECT_ALIGN, IOENG_DIRECT_ALIGN) != 0) {
+            rc = -ENOMEM;
+        } else {
+            memset(block, 0, IOENG_DIRECT_ALIGN);
+            ssize_t n;
+            do n = pwrite(fd, block, IOENG_DIRECT_ALIGN, 0); while (n < 0 && errno == EINTR);
+            rc = n < 0 ? -errno : 0; /* a short write of a probe block is no refusal */
+            free(block);
+        }
+        *what = "write";
+        close(fd);
     }
-    if (fd < 0) {
-        int rc = -errno;
-        if (rc == -EINVAL)
-            return err_fail(-EINVAL, "dstl.io.direct: the file system of %s refuses O_DIRECT; set "
-                                     "dstl.io.direct: false", s->dir);
-        return err_fail(rc, "dstl.io.direct: probe %s/%s: %s", s->dir, name, strerror(-rc));
-    }
-    close(fd);
+    /* the open may refuse O_DIRECT after creating the file (ramfs): remove it in any case */
     unlinkat(s->dir_fd, name, 0);
-    return 0;
+    return rc == -EINVAL ? 1 : rc;
 }
 
 int segstore_open(const struct segstore_opts *o, segstore **out)
@@ -297,7 +307,17 @@ int segstore_open(const struct segstore_opts *o, segstore **out)
     s->dir_dev = dst.st_dev;
     s->dir_ino = dst.st_ino;
     s->direct = o->direct;
-    if (s->direct && (rc = probe_direct(s)) < 0) {
+    /* true: refused at open. auto: probed before the first segment is written (an open that
+     * writes nothing, as gc --dry-run's, leaves the directory as it found it) */
+    s->direct_unprobed = o->direct && o->direct_auto;
+    const char *what = "";
+    rc = s->direct && !s->direct_unprobed ? probe_direct(s, &what) : 0;
+    if (rc == 1)
+        rc = err_fail(-EINVAL, "dstl.io.direct: the file system of %s refuses 4 KiB-aligned O_DIRECT writes; set "
+                               "dstl.io.direct: auto (or false)", s->dir);
+    else if (rc < 0)
+        rc = err_fail(rc, "dstl.io.direct: probe %s in %s: %s", what, s->dir, strerror(-rc));
+    if (rc < 0) {
         close(s->dir_fd);
         free(s->owner);
         free(s->dir);
@@ -466,6 +486,14 @@ static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail
  * through the page cache whole. 0, or the -errno of the tail's pwrite (*head set). */
 static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsigned *flags)
 {
+    if (s->direct_unprobed) {
+        /* auto: a file system that refuses the probe (or any probe failure: the segment's own
+         * write reports real errors) writes through the page cache from now on */
+        const char *what;
+        s->direct_unprobed = false;
+        if (probe_direct(s, &what) != 0) s->direct = false;
+        if (!s->direct) return 0;
+    }
     if (w->len < IOENG_DIRECT_ALIGN || (uintptr_t)w->buf % IOENG_DIRECT_ALIGN) return 0;
     size_t aligned = w->len / IOENG_DIRECT_ALIGN * IOENG_DIRECT_ALIGN;
     *head = aligned;

@@ -57,8 +57,14 @@ struct segstore_opts {
      * IOENG_DIRECT_ALIGN (4 KiB) from a buffer aligned to it, the last partial block through
      * the page cache, one fdatasync covering both. A buffer that is not aligned, or a segment
      * below 4 KiB, is written through the page cache as without it. segstore_open checks that
-     * the file system takes O_DIRECT (-EINVAL naming the key and dir otherwise). */
+     * the file system takes O_DIRECT, by writing one aligned 4 KiB block to a probe file
+     * (-EINVAL naming the key and dir otherwise). */
     bool direct;
+    /* with direct (dstl.io.direct: auto): the probe runs before the first segment is written
+     * (an open that writes nothing changes nothing in the directory), and a file system that
+     * refuses it is no error: the store writes through the page cache (segstore_direct_writes
+     * stays 0) */
+    bool direct_auto;
 };
 
 /* Called once per accepted segstore_write, from segstore_poll (or segstore_close), never from
