@@ -19,14 +19,31 @@ static int chunk_class(size_t cap)
     return -1;
 }
 
-void chunk_put(chunk_pool *p, chunk *c)
+/* What a pooled chunk holds of the process's memory: its header and the pages its records
+ * have touched (a chunk's untouched tail is address space only). */
+static size_t chunk_resident(const chunk *c)
+{
+    size_t t = c->used > c->touched ? c->used : c->touched;
+    return (sizeof *c + t + 4095) & ~(size_t)4095;
+}
+
+size_t chunk_pool_room(const dstl_storage *s)
+{
+    uint64_t max = s->conf.max_in_flight_bytes, used = s->locked.pipe.in_flight_bytes;
+    uint64_t room = used < max ? max - used : 0;
+    return room > CHUNK_POOL_MIN ? (size_t)room : CHUNK_POOL_MIN;
+}
+
+void chunk_put(chunk_pool *p, chunk *c, size_t room)
 {
     int k = chunk_class(c->cap);
+    if (c->used > c->touched) c->touched = c->used;
+    size_t res = chunk_resident(c);
     pthread_mutex_lock(&p->mu);
-    if (k >= 0 && p->bytes + c->cap <= CHUNK_POOL_BYTES) {
+    if (k >= 0 && p->bytes + res <= room) {
         c->next = p->free_list[k];
         p->free_list[k] = c;
-        p->bytes += c->cap;
+        p->bytes += res;
         c = NULL;
     }
     pthread_mutex_unlock(&p->mu);
@@ -57,11 +74,14 @@ chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload)
         pthread_mutex_lock(&p->mu);
         if ((c = p->free_list[k])) {
             p->free_list[k] = c->next;
-            p->bytes -= cap;
+            p->bytes -= chunk_resident(c);
         }
         pthread_mutex_unlock(&p->mu);
     }
-    if (!c && !(c = malloc(sizeof *c + cap))) return NULL;
+    if (!c) {
+        if (!(c = malloc(sizeof *c + cap))) return NULL;
+        c->touched = 0;
+    }
     c->next = NULL;
     c->seq_first = seq;
     c->nrec = 0;
@@ -91,9 +111,10 @@ void writer_release_sent_chunks(dstl_writer *w)
      * hand-off that moved sent_chunk past it took s->mu. head and sent_chunk change only
      * under s->mu (chunk_grow takes it when it starts the list). */
     uint64_t floor = chunk_floor(w);
+    size_t room = chunk_pool_room(w->s);
     while (w->head && w->head != w->sent_chunk && w->head->seq_first + w->head->nrec <= floor) {
         chunk *c = w->head;
         w->head = c->next;
-        chunk_put(&w->s->chunks, c);
+        chunk_put(&w->s->chunks, c, room);
     }
 }

@@ -38,7 +38,7 @@ static void chunks_release(dstl_writer *w)
      * writers (1,000 writers each keeping a grown 1 MiB chunk would hold 1 GiB). */
     chunk *t = w->tail;
     if (t && w->head == t && w->sent_chunk == t && w->sent_off == t->used && t->seq_first + t->nrec <= chunk_floor(w)) {
-        chunk_put(&w->s->chunks, t);
+        chunk_put(&w->s->chunks, t, chunk_pool_room(w->s));
         w->head = w->tail = w->sent_chunk = NULL;
         w->sent_off = 0;
     }
@@ -54,9 +54,11 @@ static int chunk_grow(dstl_writer *w, size_t need)
      * load, 3 alternating pairs): at 1,024 writers peak RSS 195-205 -> 128-131 MB for 6-8 %
      * more CPU per MB, glibc now trimming the arena tops the larger chunks free and faulting
      * them in again (page faults 68 K -> 690 K in 4 s); at 256 writers RSS 173-180 -> 152-163
-     * MB at the same CPU. Keeping more freed chunks does not have both: CHUNK_POOL_BYTES 128
-     * MiB cut the faults at 1,024 writers tenfold and CPU per MB by ~20 %, with RSS at 171-176
-     * MB, over the 164 MB budget (64 MiB changed nothing: the working set is ~128 MB). */
+     * MB at the same CPU. The pool (chunks.c) now keeps freed chunks up to the headroom under
+     * max-in-flight, counting their touched pages: at 1,024 writers (2026-12-06, 4 s runs)
+     * CPU per MB 3,418-4,923 -> 984-1,243 us and RSS 126-142 -> 158-176 MB; a pool capped at
+     * half that headroom, or at 32 MiB, gave 206-216 MB: chunks it refuses go back to glibc,
+     * whose arenas keep them fragmented, and fresh ones are faulted in beside them. */
     size_t want = w->unsent_bytes > need ? (size_t)w->unsent_bytes : need, cap = CHUNK_MIN;
     uint64_t hint = w->last_handoff_bytes > w->unsent_bytes ? w->last_handoff_bytes - w->unsent_bytes : 0;
     if (hint > CHUNK_HINT_MAX) hint = CHUNK_HINT_MAX;
@@ -168,11 +170,12 @@ int dstl_writer_close(dstl_writer *w)
     s->locked.stats.appends_closed += atomic_load_explicit(&w->st_appends, memory_order_relaxed);
     s->locked.stats.append_bytes_closed += atomic_load_explicit(&w->st_append_bytes, memory_order_relaxed);
     int wake = pipeline_kick_deletes(s);
+    size_t room = chunk_pool_room(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);
     for (chunk *c = w->head, *next; c; c = next) {
         next = c->next;
-        chunk_put(&s->chunks, c);
+        chunk_put(&s->chunks, c, room);
     }
     free(w->tally);
     free(w->id);

@@ -30,6 +30,7 @@ typedef struct chunk {
     uint64_t nrec;
     uint64_t payload_first;     /* the writer's cumulative payload bytes before this chunk */
     size_t used, cap;
+    size_t touched;             /* the most of data[] ever used (memory faulted in), the pool's measure */
     uint8_t data[];
 } chunk;
 
@@ -40,11 +41,13 @@ typedef struct chunk {
 #define CHUNK_HINT_MAX (64u << 10)
 #define WRITER_TALLY_MAX_KG 4096u   /* a writer owning more key groups keeps no tally (24 B each) */
 #define CHUNK_CLASSES 9         /* 4 KiB .. 1 MiB, powers of two */
-/* Freed chunks are kept for reuse up to this many bytes per storage: a fresh page costs a
- * fault on first touch (microseconds on a VM), which made faults the largest cost of
- * appending; 16 MiB is tens of milliseconds of appends at hundreds of MB/s, and with the
- * segment buffer pool stays inside the 64 MiB of RSS the design allows beyond max-in-flight. */
-#define CHUNK_POOL_BYTES (16u << 20)
+/* Freed chunks are kept for reuse, their touched pages counted (chunk_resident), up to the
+ * headroom under dstl.upload.max-in-flight (chunk_pool_room), and at least this much: a fresh
+ * page costs a fault on first touch, and on a VM whose host takes freed pages back a first
+ * touch runs at 0.3-0.6 GB/s (machine.first_touch_mb_s); with a fixed 16 MiB pool, 1,024
+ * writers' rounds of ~36 KiB chunks (36 MiB a round) went back to glibc, which trimmed them,
+ * and faults in appends' memcpy were 3/4 of the load run's CPU. */
+#define CHUNK_POOL_MIN (16u << 20)
 
 /* Freed chunks by size class. */
 typedef struct chunk_pool {
@@ -57,8 +60,13 @@ void chunk_pool_init(chunk_pool *p);
 /* A chunk of cap bytes whose first record will be seq (payload bytes before it: payload), from
  * the pool when one of that size class is free; NULL when out of memory. */
 chunk *chunk_new(chunk_pool *p, size_t cap, uint64_t seq, uint64_t payload);
-/* Keeps c for reuse (up to CHUNK_POOL_BYTES) or frees it. */
-void chunk_put(chunk_pool *p, chunk *c);
+/* Keeps c for reuse while the pool holds at most room bytes with it (chunk_pool_room), or
+ * frees it. */
+void chunk_put(chunk_pool *p, chunk *c, size_t room);
+struct dstl_storage;
+/* What the pool may hold now: the headroom under max-in-flight (records held in flight and
+ * freed chunks kept together stay within it), at least CHUNK_POOL_MIN. s->mu held. */
+size_t chunk_pool_room(const struct dstl_storage *s);
 struct dstl_writer;
 /* The first seq whose record the writer's chunks must keep: unsent records, and those of a
  * range whose only copy is in the chunks (handed off, not encoded yet). s->mu held. */

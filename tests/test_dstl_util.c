@@ -1,6 +1,6 @@
 /*
- * Small components: the u64 hash map (registry), the latency histogram (stats) and the
- * pipeline's segment buffer pool.
+ * Small components: the u64 hash map (registry), the latency histogram (stats), the
+ * pipeline's segment buffer pool and the writers' chunk pool.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -10,6 +10,8 @@
 
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
+#include "dstl/storage.h"
+#include "dstl/writer.h"
 #include "dstl/u64map.h"
 #include "tests/helpers.h"
 
@@ -89,4 +91,49 @@ Test(dstl_bufpool, large_buffers_start_on_a_huge_page_and_unmap_whole)
     pool_free(&p);
     /* the whole mapping is gone: the data's first and last pages and the header's page */
     cr_assert(!mapped(data) && !mapped(data + cap - 1) && !mapped(b), "pool_free left part of a buffer mapped");
+}
+
+/* ---- writers' chunk pool (dstl/chunks.c) ---- */
+
+Test(dstl_chunks, freed_chunks_are_kept_by_their_touched_pages_within_the_room_given)
+{
+    chunk_pool p;
+    chunk_pool_init(&p);
+    chunk *a = chunk_new(&p, 64u << 10, 1, 0);
+    cr_assert_not_null(a);
+    cr_assert_eq(a->touched, 0);
+    memset(a->data, 1, 10000);
+    a->used = 10000;
+    size_t res = (sizeof *a + 10000 + 4095) & ~(size_t)4095;   /* header + 10,000 bytes: 3 pages */
+    chunk_put(&p, a, res);
+    cr_assert_eq(p.bytes, res, "the pool counts the pages the records touched, not the capacity");
+    chunk *b = chunk_new(&p, 64u << 10, 7, 100);
+    cr_assert_eq(b, a, "a chunk of the same size class comes from the pool");
+    cr_assert_eq(p.bytes, 0);
+    cr_assert_eq(b->used, 0);
+    cr_assert_eq(b->seq_first, 7);
+    cr_assert_eq(b->touched, 10000, "the pages it touched before stay counted");
+    b->used = 200;                                              /* touched stays 10,000 */
+    chunk_put(&p, b, res - 1);                                  /* no room for it: freed */
+    cr_assert_eq(p.bytes, 0);
+    chunk *c = chunk_new(&p, 4u << 10, 1, 0);                   /* another class: fresh */
+    cr_assert_not_null(c);
+    c->used = 100;
+    chunk_put(&p, c, 1u << 20);
+    cr_assert_eq(p.bytes, 4096);
+    chunk_pool_destroy(&p);
+}
+
+Test(dstl_chunks, the_pool_may_fill_the_headroom_under_max_in_flight_and_at_least_its_minimum)
+{
+    dstl_storage *s = calloc(1, sizeof *s);
+    cr_assert_not_null(s);
+    s->conf.max_in_flight_bytes = 100u << 20;
+    s->locked.pipe.in_flight_bytes = 30u << 20;
+    cr_assert_eq(chunk_pool_room(s), 70u << 20);
+    s->locked.pipe.in_flight_bytes = 95u << 20;
+    cr_assert_eq(chunk_pool_room(s), CHUNK_POOL_MIN);
+    s->locked.pipe.in_flight_bytes = 120u << 20;                /* retained sections may exceed it */
+    cr_assert_eq(chunk_pool_room(s), CHUNK_POOL_MIN);
+    free(s);
 }
