@@ -46,9 +46,12 @@ static void setup(void)
 
 static void teardown(void)
 {
-    char ram[96];
-    snprintf(ram, sizeof ram, "%s/ram", tmp_dir);
-    umount2(ram, MNT_DETACH); /* a failed direct_auto test's ramfs (EINVAL when there is none) */
+    static const char *const mounts[] = {"ram", "small"}; /* a failed direct_auto test's */
+    for (size_t i = 0; i < 2; i++) {
+        char m[96];
+        snprintf(m, sizeof m, "%s/%s", tmp_dir, mounts[i]);
+        umount2(m, MNT_DETACH); /* EINVAL where there is none */
+    }
     nftw(tmp_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -724,6 +727,49 @@ Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_ca
     cr_assert_not(file_exists(probe));
     segstore_close(s);
     free(buf);
+}
+
+/* auto's probe writes a block: on a full disk it fails with ENOSPC, which says nothing about
+ * O_DIRECT. That segment goes through the page cache (and fails for want of space, the store
+ * going on), and the next write probes again: once there is room, segments go direct. */
+Test(dstl_segstore, auto_direct_probes_again_after_a_probe_that_found_the_disk_full)
+{
+    char small[72], filler[96], probe[64];
+    snprintf(small, sizeof small, "%.60s/small", tmp_dir);
+    snprintf(probe, sizeof probe, ".direct-probe-%ld", (long)getpid());
+    cr_assert_eq(mkdir(small, 0700), 0);
+    cr_assert_eq(mount("tmpfs", small, "tmpfs", 0, "size=256k"), 0, "mount a 256 KiB tmpfs on %s (needs root): %s",
+                 small, strerror(errno));
+    char disk_dir[96];
+    snprintf(disk_dir, sizeof disk_dir, "%s", store_dir);
+    snprintf(store_dir, sizeof store_dir, "%s/segs", small);
+    struct segstore_opts o = {.dir = store_dir, .engine = "psync", .direct = true, .direct_auto = true};
+    segstore *s = NULL;
+    cr_assert_eq(segstore_open(&o, &s), 0, "%s", dstl_last_error());
+    /* fill the file system to the last block */
+    snprintf(filler, sizeof filler, "%s/filler", small);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert_geq(fd, 0);
+    static unsigned char block[4096];
+    while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {}
+    close(fd);
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 16 * 4096);
+    cr_assert(buf);
+    fill(buf, 16 * 4096, 1);
+    struct outcome out[1] = {0};
+    cr_assert_eq(write_seg(s, "full.seg", buf, 16 * 4096, out), 0, "%s", dstl_last_error());
+    wait_for(s, out, 1);
+    cr_assert_eq(out[0].res, -ENOSPC, "a write to a full disk: %d %s", out[0].res, out[0].detail);
+    cr_assert_eq(segstore_failed(s), 0, "a full disk stopped the store");
+    cr_assert_eq(segstore_direct_writes(s), 0);
+    cr_assert_not(file_exists(probe));
+    cr_assert_eq(unlink(filler), 0);
+    write_and_expect(s, "psync", 2, buf, 16 * 4096);
+    cr_assert_eq(segstore_direct_writes(s), 1, "no second probe once there was room");
+    segstore_close(s);
+    free(buf);
+    cr_assert_eq(umount(small), 0, "umount %s: %s", small, strerror(errno));
+    snprintf(store_dir, sizeof store_dir, "%s", disk_dir);
 }
 
 /* ---- any-thread helpers, open ------------------------------------------------------------------ */

@@ -487,11 +487,14 @@ static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail
 static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsigned *flags)
 {
     if (s->direct_unprobed) {
-        /* auto: a file system that refuses the probe (or any probe failure: the segment's own
-         * write reports real errors) writes through the page cache from now on */
+        /* auto: a file system that refuses the probe writes through the page cache from now
+         * on; a probe that failed otherwise (a full disk) sends this segment through the page
+         * cache (its own write reports the error) and is made again for the next */
         const char *what;
+        int p = probe_direct(s, &what);
+        if (p < 0) return 0;
         s->direct_unprobed = false;
-        if (probe_direct(s, &what) != 0) s->direct = false;
+        if (p == 1) s->direct = false;
         if (!s->direct) return 0;
     }
     if (w->len < IOENG_DIRECT_ALIGN || (uintptr_t)w->buf % IOENG_DIRECT_ALIGN) return 0;
