@@ -3,6 +3,7 @@
  * pipeline's segment buffer pool and the writers' chunk pool.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,8 +115,12 @@ Test(dstl_chunks, freed_chunks_are_kept_by_their_touched_pages_within_the_room_g
     cr_assert_eq(b->seq_first, 7);
     cr_assert_eq(b->touched, 10000, "the pages it touched before stay counted");
     b->used = 200;                                              /* touched stays 10,000 */
+    void *page = b;                                             /* a mapped chunk starts a page */
+    cr_assert_eq((uintptr_t)page % 4096, 0, "a 64 KiB chunk is mapped, not malloc'd");
     chunk_put(&p, b, res - 1);                                  /* no room for it: freed */
     cr_assert_eq(p.bytes, 0);
+    cr_assert_eq(msync(page, 4096, MS_ASYNC), -1, "a chunk the pool refused is still mapped");
+    cr_assert_eq(errno, ENOMEM);
     chunk *c = chunk_new(&p, 4u << 10, 1, 0);                   /* another class: fresh */
     cr_assert_not_null(c);
     c->used = 100;
