@@ -121,7 +121,8 @@ static const key_def keys[] = {
     {{"dstl.io.direct", "auto", "bool or auto",
       "write segments with O_DIRECT (aligned buffers; the last partial block goes through the page cache): true = "
       "the file system must take 4 KiB-aligned O_DIRECT writes, else the storage open fails naming this key; auto = "
-      "O_DIRECT where it does, the page cache where it does not (tmpfs before Linux 6.6, ramfs)", 0},
+      "segments of 1 MiB and more with O_DIRECT where it does, the page cache where it does not (tmpfs before "
+      "Linux 6.6, ramfs)", 0},
      K_BOOL_AUTO, NULL, OFF(io_direct), 0, 0},
     {{"dstl.cache.dir", "", "text", "reader cache directory; empty = <dstl.local.dir>/cache", 0},
      K_TEXT, NULL, OFF(cache_dir), 0, 0},

@@ -135,10 +135,11 @@ static void direct_segments(const char *engine)
         cr_assert_eq(dstl_storage_stats(s, &st), 0);
         cr_assert_eq(st.segments_direct, 0);
         cr_assert_eq(dstl_storage_close(s), 0);
-        /* the default, auto, writes with O_DIRECT here (this file system takes it) */
+        /* the default, auto, writes segments of 1 MiB and more with O_DIRECT here (this file
+         * system takes it): ~2 MB of records */
         s = t_storage_open(dir, "dstl.io.engine", engine, "dstl.compression", codecs[c], NULL);
         cr_assert_eq(dstl_writer_open(s, "d2", 0, 63, &w), 0, "%s", dstl_last_error());
-        uint64_t to = t_append_n(w, 0, 600, 0, 64, 3000);
+        uint64_t to = t_append_n(w, 0, 1500, 0, 64, 3000);
         dstl_handle *h = t_persist(w, 0, 1);
         cr_assert_eq(t_verify(s, h, 0, 0, 64, 0, 63, 3000), (long)to, "%s/%s: default", engine, codecs[c]);
         dstl_handle_free(h);

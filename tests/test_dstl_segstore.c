@@ -681,9 +681,11 @@ Test(dstl_segstore, short_direct_writes_finish_through_the_page_cache)
     free(buf);
 }
 
-/* dstl.io.direct: auto (the default) probes the directory at open: where the file system takes
- * aligned O_DIRECT writes they go direct, where it refuses them (ramfs) every segment goes
- * through the page cache and the open still succeeds; true refuses such a directory. */
+/* dstl.io.direct: auto (the default) writes segments of SEGSTORE_AUTO_DIRECT_MIN and more with
+ * O_DIRECT where the file system takes aligned O_DIRECT writes (probed before the first), and
+ * through the page cache where it refuses them (ramfs), the open succeeding; smaller segments
+ * always go through the page cache. true refuses such a directory. */
+#define AUTO_SEG (SEGSTORE_AUTO_DIRECT_MIN + 5 * 4096 + 99)
 Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_cache_where_refused)
 {
     char ram[72], probe[64];
@@ -695,7 +697,7 @@ Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_ca
     char disk_dir[96];
     snprintf(disk_dir, sizeof disk_dir, "%s", store_dir);
     snprintf(store_dir, sizeof store_dir, "%s/segs", ram);
-    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 64 * 1024);
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 2u << 20);
     cr_assert(buf);
 
     struct segstore_opts o = {.dir = store_dir, .engine = "psync", .direct = true};
@@ -711,9 +713,10 @@ Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_ca
         o.engine = engines[k];
         cr_assert_eq(segstore_open(&o, &s), 0, "auto on a ramfs, %s: %s", engines[k], dstl_last_error());
         cr_assert_not(file_exists(probe));
-        write_and_expect(s, engines[k], (unsigned)k, buf, 5 * 4096 + 99);
-        write_and_expect(s, engines[k], (unsigned)(k + 10), buf, 16 * 4096);
+        write_and_expect(s, engines[k], (unsigned)k, buf, AUTO_SEG);
+        write_and_expect(s, engines[k], (unsigned)(k + 10), buf, SEGSTORE_AUTO_DIRECT_MIN + 16 * 4096);
         cr_assert_eq(segstore_direct_writes(s), 0, "%s: a write went direct on a ramfs", engines[k]);
+        cr_assert_not(file_exists(probe));
         cr_assert_eq(segstore_failed(s), 0);
         segstore_close(s);
     }
@@ -722,7 +725,9 @@ Test(dstl_segstore, auto_direct_goes_direct_where_it_can_and_through_the_page_ca
     snprintf(store_dir, sizeof store_dir, "%s", disk_dir);
     o.engine = "psync";
     cr_assert_eq(segstore_open(&o, &s), 0, "auto on %s: %s", store_dir, dstl_last_error());
-    write_and_expect(s, "psync", 20, buf, 5 * 4096 + 99);
+    write_and_expect(s, "psync", 20, buf, 16 * 4096);
+    cr_assert_eq(segstore_direct_writes(s), 0, "auto wrote a 64 KiB segment direct");
+    write_and_expect(s, "psync", 21, buf, AUTO_SEG);
     cr_assert_eq(segstore_direct_writes(s), 1, "auto did not go direct on %s", store_dir);
     cr_assert_not(file_exists(probe));
     segstore_close(s);
@@ -738,7 +743,7 @@ Test(dstl_segstore, auto_direct_probes_again_after_a_probe_that_found_the_disk_f
     snprintf(small, sizeof small, "%.60s/small", tmp_dir);
     snprintf(probe, sizeof probe, ".direct-probe-%ld", (long)getpid());
     cr_assert_eq(mkdir(small, 0700), 0);
-    cr_assert_eq(mount("tmpfs", small, "tmpfs", 0, "size=256k"), 0, "mount a 256 KiB tmpfs on %s (needs root): %s",
+    cr_assert_eq(mount("tmpfs", small, "tmpfs", 0, "size=4m"), 0, "mount a 4 MiB tmpfs on %s (needs root): %s",
                  small, strerror(errno));
     char disk_dir[96];
     snprintf(disk_dir, sizeof disk_dir, "%s", store_dir);
@@ -753,18 +758,18 @@ Test(dstl_segstore, auto_direct_probes_again_after_a_probe_that_found_the_disk_f
     static unsigned char block[4096];
     while (write(fd, block, sizeof block) == (ssize_t)sizeof block) {}
     close(fd);
-    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 16 * 4096);
+    unsigned char *buf = aligned_alloc(IOENG_DIRECT_ALIGN, 2u << 20);
     cr_assert(buf);
-    fill(buf, 16 * 4096, 1);
+    fill(buf, AUTO_SEG, 1);
     struct outcome out[1] = {0};
-    cr_assert_eq(write_seg(s, "full.seg", buf, 16 * 4096, out), 0, "%s", dstl_last_error());
+    cr_assert_eq(write_seg(s, "full.seg", buf, AUTO_SEG, out), 0, "%s", dstl_last_error());
     wait_for(s, out, 1);
     cr_assert_eq(out[0].res, -ENOSPC, "a write to a full disk: %d %s", out[0].res, out[0].detail);
     cr_assert_eq(segstore_failed(s), 0, "a full disk stopped the store");
     cr_assert_eq(segstore_direct_writes(s), 0);
     cr_assert_not(file_exists(probe));
     cr_assert_eq(unlink(filler), 0);
-    write_and_expect(s, "psync", 2, buf, 16 * 4096);
+    write_and_expect(s, "psync", 2, buf, AUTO_SEG);
     cr_assert_eq(segstore_direct_writes(s), 1, "no second probe once there was room");
     segstore_close(s);
     free(buf);

@@ -106,6 +106,7 @@ struct segstore {
     ino_t dir_ino;
     atomic_bool unlink_dirty;       /* an unlink since the last directory fsync started     */
     bool direct;                    /* dstl.io.direct: segment writes with O_DIRECT         */
+    bool direct_auto;               /* auto: segments of SEGSTORE_AUTO_DIRECT_MIN and more   */
     bool direct_unprobed;           /* auto: not probed yet (pipeline thread, first write)  */
     atomic_uint_fast64_t direct_writes; /* written so (segstore_direct_writes: any thread)  */
 
@@ -309,7 +310,8 @@ int segstore_open(const struct segstore_opts *o, segstore **out)
     s->direct = o->direct;
     /* true: refused at open. auto: probed before the first segment is written (an open that
      * writes nothing, as gc --dry-run's, leaves the directory as it found it) */
-    s->direct_unprobed = o->direct && o->direct_auto;
+    s->direct_auto = o->direct && o->direct_auto;
+    s->direct_unprobed = s->direct_auto;
     const char *what = "";
     rc = s->direct && !s->direct_unprobed ? probe_direct(s, &what) : 0;
     if (rc == 1)
@@ -486,6 +488,8 @@ static int finish_early(segstore *s, struct seg_write *w, int res, enum seg_fail
  * through the page cache whole. 0, or the -errno of the tail's pwrite (*head set). */
 static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsigned *flags)
 {
+    size_t min = s->direct_auto ? SEGSTORE_AUTO_DIRECT_MIN : IOENG_DIRECT_ALIGN;
+    if (w->len < min || (uintptr_t)w->buf % IOENG_DIRECT_ALIGN) return 0;
     if (s->direct_unprobed) {
         /* auto: a file system that refuses the probe writes through the page cache from now
          * on; a probe that failed otherwise (a full disk) sends this segment through the page
@@ -497,7 +501,6 @@ static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsign
         if (p == 1) s->direct = false;
         if (!s->direct) return 0;
     }
-    if (w->len < IOENG_DIRECT_ALIGN || (uintptr_t)w->buf % IOENG_DIRECT_ALIGN) return 0;
     size_t aligned = w->len / IOENG_DIRECT_ALIGN * IOENG_DIRECT_ALIGN;
     *head = aligned;
     /* DURABILITY: the tail is in the page cache only, and the head goes to the device past

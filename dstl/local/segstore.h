@@ -43,6 +43,13 @@ typedef struct segstore segstore;
  * hold at the smallest useful size while bounding the empty files a crash can leave. */
 #define SEGSTORE_RESERVE_MAX 64u
 
+/* dstl.io.direct: auto writes segments this large or larger with O_DIRECT. A small segment
+ * gains little (its copy into the page cache is short) and may lose a device round trip: its
+ * direct head reaches the device before the fdatasync that carries its buffered tail, where
+ * through the page cache one fdatasync carries both. Above it the copy saved is what counts
+ * (w16 load runs: a third less CPU per MB, up to 1.5 x the MB/s). */
+#define SEGSTORE_AUTO_DIRECT_MIN (1u << 20)
+
 struct segstore_opts {
     const char *dir;             /* required; created (with parents) if missing                */
     /* The run that owns the files this store creates (its run id). Before its first file
@@ -60,10 +67,10 @@ struct segstore_opts {
      * the file system takes O_DIRECT, by writing one aligned 4 KiB block to a probe file
      * (-EINVAL naming the key and dir otherwise). */
     bool direct;
-    /* with direct (dstl.io.direct: auto): the probe runs before the first segment is written
-     * (an open that writes nothing changes nothing in the directory), and a file system that
-     * refuses it is no error: the store writes through the page cache (segstore_direct_writes
-     * stays 0) */
+    /* with direct (dstl.io.direct: auto): only segments of SEGSTORE_AUTO_DIRECT_MIN bytes or
+     * more go direct; the probe runs before the first of them is written (an open that writes
+     * nothing changes nothing in the directory), and a file system that refuses it is no
+     * error: the store writes through the page cache (segstore_direct_writes stays 0) */
     bool direct_auto;
 };
 
