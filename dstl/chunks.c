@@ -83,6 +83,33 @@ void chunk_pool_init(chunk_pool *p)
     pthread_mutex_init(&p->mu, NULL);
 }
 
+size_t chunk_pool_bytes(chunk_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    size_t n = p->bytes;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+void chunk_pool_trim(chunk_pool *p, size_t keep)
+{
+    chunk *drop = NULL;
+    pthread_mutex_lock(&p->mu);
+    for (int k = CHUNK_CLASSES - 1; k >= 0 && p->bytes > keep; k--)   /* the largest first */
+        while (p->free_list[k] && p->bytes > keep) {
+            chunk *c = p->free_list[k];
+            p->free_list[k] = c->next;
+            p->bytes -= chunk_resident(c);
+            c->next = drop;
+            drop = c;
+        }
+    pthread_mutex_unlock(&p->mu);
+    for (chunk *c = drop, *next; c; c = next) {   /* unmapped and freed outside the lock */
+        next = c->next;
+        chunk_free(c);
+    }
+}
+
 void chunk_pool_destroy(chunk_pool *p)
 {
     for (int k = 0; k < CHUNK_CLASSES; k++)

@@ -48,6 +48,9 @@ typedef struct chunk {
  * writers' rounds of ~36 KiB chunks (36 MiB a round) went back to glibc, which trimmed them,
  * and faults in appends' memcpy were 3/4 of the load run's CPU. */
 #define CHUNK_POOL_MIN (16u << 20)
+/* A pipeline idle this long (nothing open or in flight) trims the pool to CHUNK_POOL_MIN: a
+ * storage does not keep a burst's memory while it has nothing to do. */
+#define CHUNK_POOL_IDLE_NS (1000000000ull)
 
 /* Freed chunks by size class. */
 typedef struct chunk_pool {
@@ -76,6 +79,10 @@ uint64_t chunk_floor(const struct dstl_writer *w);
  * thread (the pipeline calls it once a batch is encoded, so records are not held twice). */
 void writer_release_sent_chunks(struct dstl_writer *w);
 void chunk_pool_destroy(chunk_pool *p);
+/* The bytes the pool holds (chunk_resident of its chunks), any thread. */
+size_t chunk_pool_bytes(chunk_pool *p);
+/* Frees pooled chunks until the pool holds at most keep bytes; any thread. */
+void chunk_pool_trim(chunk_pool *p, size_t keep);
 
 enum { RANGE_INFLIGHT = 0, RANGE_DURABLE = 1, RANGE_FAILED = 2 };
 

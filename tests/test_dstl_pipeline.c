@@ -16,9 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "dstl/storage.h"
 #include "dstl/writer.h"
 
 #define GC_WRITERS 4
@@ -482,4 +484,54 @@ Test(dstl_pipeline, a_steady_writers_round_fills_about_one_chunk)
     }
     dstl_writer_close(w);
     cr_assert_eq(dstl_storage_close(s), 0);
+}
+
+/* The chunk pool keeps freed chunks up to the headroom under max-in-flight while records flow
+ * (dstl/chunks.c): four writers' 8 MiB rounds leave about 32 MiB in it. A pipeline idle for
+ * CHUNK_POOL_IDLE_NS trims it to CHUNK_POOL_MIN: an idle storage does not keep a burst's
+ * memory. Bounded wait: 20 x the idle time. */
+Test(dstl_pipeline, an_idle_storage_trims_the_chunk_pool_a_burst_left)
+{
+    char *dir = t_mkdtemp("trim");
+    dstl_storage *s = t_storage_open(dir, NULL);
+    enum { NW = 4 };
+    dstl_writer *w[NW];
+    uint64_t from[NW] = {0};
+    uint8_t rec[1000];
+    memset(rec, 7, sizeof rec);
+    for (int i = 0; i < NW; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "t%d", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, 63, &w[i]), 0, "%s", dstl_last_error());
+    }
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < NW; i++)
+            for (int k = 0; k < 8 * 1024; k++)
+                cr_assert_eq(dstl_append(w[i], (uint32_t)(k % 64), rec, sizeof rec), 0, "%s", dstl_last_error());
+        for (int i = 0; i < NW; i++) {
+            dstl_handle *h = t_persist(w[i], from[i], (uint64_t)round + 1);
+            from[i] = dstl_handle_to_seq(h);
+            dstl_handle_free(h);
+            cr_assert_eq(dstl_truncate(w[i], from[i]), 0);
+        }
+    }
+    size_t after_burst = chunk_pool_bytes(&s->chunks);
+    cr_assert_gt(after_burst, CHUNK_POOL_MIN, "the burst left %zu bytes in the pool", after_burst);
+    size_t now = after_burst;
+    for (int i = 0; i < 200 && now > CHUNK_POOL_MIN; i++) {
+        usleep(CHUNK_POOL_IDLE_NS / 10000);   /* a tenth of the idle time */
+        now = chunk_pool_bytes(&s->chunks);
+    }
+    cr_assert_leq(now, CHUNK_POOL_MIN, "idle for 20 s, the pool still holds %zu bytes (%zu after the burst)", now,
+                  after_burst);
+    /* and the writers go on with a trimmed pool */
+    for (int i = 0; i < NW; i++) {
+        cr_assert_eq(dstl_append(w[i], 1, rec, sizeof rec), 0);
+        dstl_handle *h = t_persist(w[i], from[i], 9);
+        dstl_handle_free(h);
+        dstl_writer_close(w[i]);
+    }
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
 }

@@ -324,6 +324,15 @@ static int wait_for_work(pipeline_loop *loop)
         timeout_ms = (int)((wait_ns + 999999) / 1000000);
     }
     if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
+    if (loop->idle_since_ns && chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN) {
+        /* idle: wake to trim the chunk pool (idle_trim) */
+        uint64_t due = loop->idle_since_ns + CHUNK_POOL_IDLE_NS, now = now_ns();
+        int ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
+        if (timeout_ms < 0 || ms < timeout_ms) {
+            timeout_ms = ms;
+            wait_ns = (uint64_t)ms * 1000000;
+        }
+    }
     if (s->loop.s3) {
         /* one loop for both: libcurl's sockets and timers, our eventfd, the store's fd;
          * uploads in flight are checked against their bound every 100 ms */
@@ -397,6 +406,20 @@ static int take_queue(pipeline_loop *loop, int *has_deletes)
     return closing;
 }
 
+/* A pipeline with nothing open or in flight for CHUNK_POOL_IDLE_NS trims the writers' chunk
+ * pool to CHUNK_POOL_MIN: the pool may hold up to the headroom under max-in-flight while
+ * records flow (dstl/chunks.c), not while the storage has nothing to do. */
+static void idle_trim(pipeline_loop *loop)
+{
+    if (loop->open || loop->inflight_list) {
+        loop->idle_since_ns = 0;
+        return;
+    }
+    uint64_t now = now_ns();
+    if (!loop->idle_since_ns) loop->idle_since_ns = now;
+    else if (now - loop->idle_since_ns >= CHUNK_POOL_IDLE_NS) chunk_pool_trim(&loop->s->chunks, CHUNK_POOL_MIN);
+}
+
 /* Whether a closing storage is done: nothing open, in flight, queued or to delete. */
 static int drained(const pipeline_loop *loop)
 {
@@ -444,6 +467,7 @@ static void *pipeline_main(void *arg)
         /* The callbacks of the futures this turn completed: no lock is held here, so they may
          * persist again (include/dstl.h, dstl_future_on_done). */
         future_run_callbacks();
+        idle_trim(&loop);
         if (closing && drained(&loop)) break;
     }
     future_run_callbacks();

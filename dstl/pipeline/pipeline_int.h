@@ -116,6 +116,7 @@ typedef struct pipeline_loop {
     batch *open;
     batch *inflight_list;       /* flushed, some copy still being written */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
+    uint64_t idle_since_ns;     /* nothing open or in flight since (0: busy); chunk pool trim */
 } pipeline_loop;
 
 /* ---- bufpool.c ---- */
