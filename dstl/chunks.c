@@ -29,9 +29,10 @@ static int chunk_class(size_t cap)
  * Below this size a writer's chunks are a few pages, malloc's. */
 #define CHUNK_MAP_MIN (32u << 10)
 
+static size_t page_round(size_t n) { return (n + 4095) & ~(size_t)4095; }
 static size_t chunk_bytes(size_t cap) { return sizeof(chunk) + cap; }
 static int chunk_mapped(size_t cap) { return chunk_bytes(cap) >= CHUNK_MAP_MIN; }
-static size_t chunk_map_len(size_t cap) { return (chunk_bytes(cap) + 4095) & ~(size_t)4095; }
+static size_t chunk_map_len(size_t cap) { return page_round(chunk_bytes(cap)); }
 
 static chunk *chunk_alloc(size_t cap)
 {
@@ -47,12 +48,8 @@ static void chunk_free(chunk *c)
 }
 
 /* What a pooled chunk holds of the process's memory: its header and the pages its records
- * have touched (a chunk's untouched tail is address space only). */
-static size_t chunk_resident(const chunk *c)
-{
-    size_t t = c->used > c->touched ? c->used : c->touched;
-    return (sizeof *c + t + 4095) & ~(size_t)4095;
-}
+ * have touched (a chunk's untouched tail is address space only; chunk_put sets touched). */
+static size_t chunk_resident(const chunk *c) { return page_round(chunk_bytes(c->touched)); }
 
 size_t chunk_pool_room(const dstl_storage *s)
 {

@@ -56,9 +56,8 @@ static int chunk_grow(dstl_writer *w, size_t need)
      * them in again (page faults 68 K -> 690 K in 4 s); at 256 writers RSS 173-180 -> 152-163
      * MB at the same CPU. The pool (chunks.c) now keeps freed chunks up to the headroom under
      * max-in-flight, counting their touched pages: at 1,024 writers (2026-12-06, 4 s runs)
-     * CPU per MB 3,418-4,923 -> 984-1,243 us and RSS 126-142 -> 158-176 MB; a pool capped at
-     * half that headroom, or at 32 MiB, gave 206-216 MB: chunks it refuses go back to glibc,
-     * whose arenas keep them fragmented, and fresh ones are faulted in beside them. */
+     * CPU per MB 3,418-4,923 -> 984-1,243 us and RSS 126-142 -> 158-176 MB (161-162 since
+     * chunks of 32 KiB and more are mapped: chunks.c, CHUNK_MAP_MIN, which has the dead ends). */
     size_t want = w->unsent_bytes > need ? (size_t)w->unsent_bytes : need, cap = CHUNK_MIN;
     uint64_t hint = w->last_handoff_bytes > w->unsent_bytes ? w->last_handoff_bytes - w->unsent_bytes : 0;
     if (hint > CHUNK_HINT_MAX) hint = CHUNK_HINT_MAX;
