@@ -205,6 +205,9 @@ static void on_progress(void *ctx, size_t n, uint64_t object_size)
 {
     extent *x = ctx;
     if (object_size != x->obj_len || n > x->len) return;
+    s3_stats cs;
+    s3_client_stats(x->f->o.cli, &cs);
+    atomic_store(&x->f->bytes_in, cs.bytes_received);
     atomic_store(&x->got, (uint64_t)n);
     if (x->off + n < atomic_load(&x->min_need)) return;
     pthread_mutex_lock(&x->f->mu);
@@ -531,4 +534,8 @@ void fetch_get_stats(fetch_set *f, fetch_stats *out)
     *out = f->st;
     out->held_bytes = f->held;
     pthread_mutex_unlock(&f->mu);
+    /* a reader may have taken bytes the fetch thread's turn has not counted yet (it copies the
+     * client's totals once a turn) */
+    uint64_t in = atomic_load(&f->bytes_in);
+    if (in > out->bytes_fetched) out->bytes_fetched = in;
 }

@@ -88,6 +88,9 @@ struct fetch_set {
     uint64_t held;
     uint64_t blocked_since_ms;  /* 0: not blocked */
     fetch_stats st;
+    /* the client's response bytes as of the last hand-over to readers (on_progress, the set's
+     * thread): stored before the extent's got, so bytes_fetched never lags bytes delivered */
+    _Atomic uint64_t bytes_in;
 };
 
 /* Grows *p (of *cap elements of elem bytes) to hold need. 0 or -ENOMEM. */
