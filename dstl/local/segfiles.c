@@ -1,8 +1,8 @@
 /*
  * dstl/local/segfiles.c — the local store's file operations that need no open store: reads,
- * sizes and listings of segment files, and the run lock files that say which runs are alive
- * (dstl/README.md, "Who may delete what"). Thread-safe; blocking; used by readers and gc on
- * any thread, and by the store itself (segstore.c) for names and locks.
+ * sizes and listings of segment files, the run lock files that say which runs are alive
+ * (dstl/README.md, "Who may delete what"), and the O_DIRECT probe. Thread-safe; blocking; used
+ * by readers and gc on any thread, and by the store itself (segstore.c) for names and locks.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -10,12 +10,14 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "dstl/err.h"
+#include "dstl/local/ioeng.h"
 #include "dstl/local/segfiles.h"
 #include "dstl/local/segstore.h"
 
@@ -305,4 +307,37 @@ int segfile_make_dir(const char *dir)
         return err_fail(rc, "fsync %s (parent of new local dir %s): %s", parent, dir,
                         strerror(-rc));
     return 0;
+}
+
+/* Whether the store's file system takes the writes dstl.io.direct makes: a probe file opened
+ * with O_DIRECT and one 4 KiB block written into it from a 4 KiB-aligned buffer (a file system
+ * may take the open and refuse the alignment: a device with larger logical blocks), removed at
+ * once (a crash in between leaves a dot file no gc or reader looks at). 0; 1 when the file
+ * system refuses it (-EINVAL from the open or the write); or the -errno of the probe's create
+ * or write (*what says which). Sets no error detail. */
+int segfile_probe_direct(int dir_fd, const char **what)
+{
+    char name[64];
+    snprintf(name, sizeof name, ".direct-probe-%ld", (long)getpid());
+    unlinkat(dir_fd, name, 0); /* a crashed probe of a process with our pid */
+    int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+    int rc = fd < 0 ? -errno : 0;
+    *what = "create";
+    if (fd >= 0) {
+        void *block = NULL;
+        if (posix_memalign(&block, IOENG_DIRECT_ALIGN, IOENG_DIRECT_ALIGN) != 0) {
+            rc = -ENOMEM;
+        } else {
+            memset(block, 0, IOENG_DIRECT_ALIGN);
+            ssize_t n;
+            do n = pwrite(fd, block, IOENG_DIRECT_ALIGN, 0); while (n < 0 && errno == EINTR);
+            rc = n < 0 ? -errno : 0; /* a short write of a probe block is no refusal */
+            free(block);
+        }
+        *what = "write";
+        close(fd);
+    }
+    /* the open may refuse O_DIRECT after creating the file (ramfs): remove it in any case */
+    unlinkat(dir_fd, name, 0);
+    return rc == -EINVAL ? 1 : rc;
 }

@@ -21,5 +21,9 @@ int segfile_run_lock(int dir_fd, const char *dir, const char *owner, int *lock_f
 int segfile_reachable(int fd, const char *dir, dev_t dir_dev, ino_t dir_ino, const char *name, char *why, size_t cap);
 /* mkdir -p dir, each new directory's entry made durable by an fsync of its parent; 0 or -errno. */
 int segfile_make_dir(const char *dir);
+/* Whether dir_fd's file system takes O_DIRECT segment writes: a probe file written with one
+ * aligned block and removed. 0; 1 refused; else the -errno of its create or write (*what says
+ * which). No error detail. */
+int segfile_probe_direct(int dir_fd, const char **what);
 
 #endif

@@ -250,39 +250,6 @@ static void on_dir_synced(segstore *s, int res)
 
 /* ---- open / close ---------------------------------------------------------------------------- */
 
-/* Whether the store's file system takes the writes dstl.io.direct makes: a probe file opened
- * with O_DIRECT and one 4 KiB block written into it from a 4 KiB-aligned buffer (a file system
- * may take the open and refuse the alignment: a device with larger logical blocks), removed at
- * once (a crash in between leaves a dot file no gc or reader looks at). 0; 1 when the file
- * system refuses it (-EINVAL from the open or the write); or the -errno of the probe's create
- * or write (*what says which). Sets no error detail. */
-static int probe_direct(const segstore *s, const char **what)
-{
-    char name[64];
-    snprintf(name, sizeof name, ".direct-probe-%ld", (long)getpid());
-    unlinkat(s->dir_fd, name, 0); /* a crashed probe of a process with our pid */
-    int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? -errno : 0;
-    *what = "create";
-    if (fd >= 0) {
-        void *block = NULL;
-        if (posix_memalign(&block, IOENG_DIRECT_ALIGN, IOENG_DIRECT_ALIGN) != 0) {
-            rc = -ENOMEM;
-        } else {
-            memset(block, 0, IOENG_DIRECT_ALIGN);
-            ssize_t n;
-            do n = pwrite(fd, block, IOENG_DIRECT_ALIGN, 0); while (n < 0 && errno == EINTR);
-            rc = n < 0 ? -errno : 0; /* a short write of a probe block is no refusal */
-            free(block);
-        }
-        *what = "write";
-        close(fd);
-    }
-    /* the open may refuse O_DIRECT after creating the file (ramfs): remove it in any case */
-    unlinkat(s->dir_fd, name, 0);
-    return rc == -EINVAL ? 1 : rc;
-}
-
 int segstore_open(const struct segstore_opts *o, segstore **out)
 {
     if (!o || !o->dir || !o->dir[0]) return err_fail(-EINVAL, "local store: no directory given");
@@ -313,7 +280,7 @@ int segstore_open(const struct segstore_opts *o, segstore **out)
     s->direct_auto = o->direct && o->direct_auto;
     s->direct_unprobed = s->direct_auto;
     const char *what = "";
-    rc = s->direct && !s->direct_unprobed ? probe_direct(s, &what) : 0;
+    rc = s->direct && !s->direct_unprobed ? segfile_probe_direct(s->dir_fd, &what) : 0;
     if (rc == 1)
         rc = err_fail(-EINVAL, "dstl.io.direct: the file system of %s refuses 4 KiB-aligned O_DIRECT writes; set "
                                "dstl.io.direct: auto (or false)", s->dir);
@@ -370,12 +337,6 @@ static int owner_lock(segstore *s)
     int rc = segfile_run_lock(s->dir_fd, s->dir, s->owner, &s->lock_fd);
     if (rc < 0) snprintf(s->lock_err, sizeof s->lock_err, "%s", dstl_last_error());
     return rc;
-}
-
-/* Whether a synced file is still reachable (segfile_reachable). */
-static int check_reachable(segstore *s, int fd, const char *name, char *why, size_t cap)
-{
-    return segfile_reachable(fd, s->dir, s->dir_dev, s->dir_ino, name, why, cap);
 }
 
 /* ---- reservations and writes --------------------------------------------------------------- */
@@ -495,7 +456,7 @@ static int direct_prepare(segstore *s, struct seg_write *w, size_t *head, unsign
          * on; a probe that failed otherwise (a full disk) sends this segment through the page
          * cache (its own write reports the error) and is made again for the next */
         const char *what;
-        int p = probe_direct(s, &what);
+        int p = segfile_probe_direct(s->dir_fd, &what);
         if (p < 0) return 0;
         s->direct_unprobed = false;
         if (p == 1) s->direct = false;
@@ -594,7 +555,8 @@ static void on_write_done(segstore *s, struct seg_write *w, const struct ioeng_c
     list_remove(&s->busy, w);
     w->written = c->written;
     char why[768];
-    int reach = c->res == 0 && !s->failed ? check_reachable(s, w->fd, w->name, why, sizeof why) : 0;
+    int reach = c->res == 0 && !s->failed ? segfile_reachable(w->fd, s->dir, s->dir_dev, s->dir_ino, w->name, why,
+                                                              sizeof why) : 0;
     close(w->fd);
     w->fd = -1;
     if (reach < 0) {
