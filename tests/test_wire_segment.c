@@ -986,3 +986,120 @@ Test(wire_segment, uses_the_allocator_hook)
     cr_assert_eq(pool_releases, 3);
     mseg_free(&m);
 }
+
+/* ---- padding (wire_seg_opts.pad_*, FORMAT.md "Padding") ---------------------------------- */
+
+/* Encodes m with the padding options given; checks the records read back as without padding,
+ * that the bytes before the footer are the unpadded segment's, and that the footer's padding
+ * field holds zeros only. Returns the padded length. */
+static uint64_t encode_padded(const mseg *m, uint64_t pad_to, uint32_t align, uint32_t limit, int comp)
+{
+    wire_seg_opts o = sample_opts(comp), po = o;
+    po.pad_to = pad_to;
+    po.pad_align = align;
+    po.pad_limit = limit;
+    wire_segment_out plain, out;
+    encode_ok(m, &o, &plain);
+    encode_ok(m, &po, &out);
+    check_segment(m, &out, &po);
+    cr_assert_eq(out.footer_offset, plain.footer_offset);
+    cr_assert_eq(memcmp(out.buf, plain.buf, plain.footer_offset), 0, "sections differ with padding");
+    Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, out.footer_len, out.buf + out.footer_offset);
+    cr_assert_not_null(f);
+    for (size_t i = 0; i < f->padding.len; i++) cr_assert_eq(f->padding.data[i], 0, "padding byte %zu", i);
+    cr_assert_eq(out.len - plain.len, f->padding.len ? f->padding.len + 1 + (f->padding.len < 128 ? 1 : 2) : 0,
+                 "the padding field is all that was added");
+    dstl__segment_footer__free_unpacked(f, NULL);
+    uint64_t len = out.len;
+    wire_segment_out_free(&plain);
+    wire_segment_out_free(&out);
+    return len;
+}
+
+Test(wire_segment, padding_gives_the_length_asked_and_the_same_records)
+{
+    mseg m = {0};
+    sample_model(&m);
+    wire_seg_opts o = sample_opts(WIRE_COMP_NONE);
+    wire_segment_out plain;
+    encode_ok(&m, &o, &plain);
+    const uint64_t n = plain.len;   /* its natural length */
+    wire_segment_out_free(&plain);
+    cr_assert_lt(n + 200, 4096u, "the sample is small: %llu bytes", (unsigned long long)n);
+    struct {
+        uint64_t pad_to, want;
+    } cases[] = {
+        {0, 4096},                  /* no file to match: rounded up to the alignment */
+        {n, n},                     /* the file is its size already: nothing added */
+        {n + 3, n + 3},             /* the smallest field: tag, length 1, one zero */
+        {n + 129, n + 129},         /* the longest with a 1-byte length */
+        {n + 131, n + 131},         /* the shortest with a 2-byte length */
+        {n + 4096, n + 4096},       /* as far as one alignment away */
+        {n + 1, 4096},              /* no field adds 1, 2 or 130 bytes: rounded up instead */
+        {n + 2, 4096},
+        {n + 130, 4096},
+        {n + 4097, 4096},           /* too far */
+        {n - 1, 4096},              /* shorter than the segment */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t got = encode_padded(&m, cases[i].pad_to, 4096, 65536, WIRE_COMP_NONE);
+        cr_assert_eq(got, cases[i].want, "pad_to natural%+lld: %llu bytes, want %llu",
+                     (long long)(cases[i].pad_to - n), (unsigned long long)got, (unsigned long long)cases[i].want);
+    }
+    /* over the limit, or no alignment: the natural length, whatever pad_to says */
+    cr_assert_eq(encode_padded(&m, n + 100, 4096, (uint32_t)n - 1, WIRE_COMP_NONE), n);
+    cr_assert_eq(encode_padded(&m, n + 100, 0, 65536, WIRE_COMP_NONE), n);
+    /* compressed sections: the length is known only once they are; padded all the same */
+    for (int comp = WIRE_COMP_LZ4; comp <= WIRE_COMP_ZSTD; comp++)
+        cr_assert_eq(encode_padded(&m, 0, 4096, 65536, comp), 4096, "codec %d", comp);
+    mseg_free(&m);
+}
+
+/* When rounding up falls 1, 2 or 130 bytes short of the next multiple, the segment goes one
+ * alignment further: record lengths are varied until each of the three cases shows up. */
+Test(wire_segment, padding_goes_one_alignment_further_when_no_field_fits)
+{
+    const uint32_t align = 256;
+    int seen[3] = {0};
+    for (uint32_t len = 0; len < 600 && !(seen[0] && seen[1] && seen[2]); len++) {
+        mseg m = {0};
+        uniform_model(&m, "writer-u", 5, 3, len);
+        mseg_finish(&m);
+        wire_seg_opts o = sample_opts(WIRE_COMP_NONE);
+        wire_segment_out plain;
+        encode_ok(&m, &o, &plain);
+        uint64_t n = plain.len, up = (n + align - 1) / align * align;
+        wire_segment_out_free(&plain);
+        int k = up - n == 1 ? 0 : up - n == 2 ? 1 : up - n == 130 ? 2 : -1;
+        if (k >= 0) {
+            seen[k] = 1;
+            cr_assert_eq(encode_padded(&m, 0, align, 65536, WIRE_COMP_NONE), up + align, "natural %llu",
+                         (unsigned long long)n);
+        } else if (up != n) {
+            cr_assert_eq(encode_padded(&m, 0, align, 65536, WIRE_COMP_NONE), up, "natural %llu", (unsigned long long)n);
+        }
+        mseg_free(&m);
+    }
+    cr_assert(seen[0] && seen[1] && seen[2], "cases seen: %d %d %d", seen[0], seen[1], seen[2]);
+}
+
+Test(wire_segment, padding_alignment_must_be_a_power_of_two_up_to_the_maximum)
+{
+    mseg m = {0};
+    sample_model(&m);
+    wire_seg_opts o = sample_opts(WIRE_COMP_NONE);
+    o.pad_limit = 65536;
+    wire_segment_out out;
+    wire_err err = {{0}};
+    const uint32_t bad[] = {3, 4095, WIRE_PAD_ALIGN_MAX * 2};
+    for (size_t i = 0; i < 3; i++) {
+        o.pad_align = bad[i];
+        cr_assert_eq(wire_segment_encode(&o, m.in, m.nsecs, &out, &err), -EINVAL, "alignment %u", bad[i]);
+        cr_assert(strstr(err.msg, "padding alignment"), "%s", err.msg);
+    }
+    o.pad_align = WIRE_PAD_ALIGN_MAX;
+    encode_ok(&m, &o, &out);
+    cr_assert_eq(out.len % WIRE_PAD_ALIGN_MAX, 0);
+    wire_segment_out_free(&out);
+    mseg_free(&m);
+}

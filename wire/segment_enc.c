@@ -23,8 +23,8 @@
  * of it, and the copy the lines each run writes next (one cursor per key group is too many
  * streams for the hardware prefetcher). Compression (when asked) works from a scratch copy of
  * the raw body in the tail of the output buffer. The footer is sized before the sections are
- * written, so the output is allocated once, at its final size (or the codec bound), and packed
- * last.
+ * written, so the output is allocated once, at its final size (or the codec bound, plus room
+ * for padding when asked: footer_pad), and packed last.
  *
  * Key groups index the per-run counters directly when their range is small next to the
  * record count (the usual case: a task owns a contiguous range of key groups); otherwise the
@@ -554,6 +554,38 @@ static wire_section_loc section_loc(const wire_section_in *s, const sec_plan *pl
                               .kg_last = pl->ndata ? pl->kg_max : 0};
 }
 
+/* Zeros for the footer's padding field: it never needs more than 2 x WIRE_PAD_ALIGN_MAX. */
+static const uint8_t pad_zeros[2 * WIRE_PAD_ALIGN_MAX];
+
+/* The padding field's payload length that adds exactly e bytes to the footer (a tag byte, a
+ * varint length, then the zeros; proto3 leaves out an empty field, so at least one zero):
+ * 0 when no length does (e of 1, 2 or 130). */
+static size_t pad_field_len(uint64_t e)
+{
+    if (e >= 3 && e <= 129) return (size_t)e - 2;
+    if (e >= 131 && e <= 16386) return (size_t)e - 3;
+    return 0;
+}
+
+/* Sets f's padding for the length o asks for (wire_seg_opts.pad_*), given the segment's
+ * length without it, len; returns the segment's length with it. */
+static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint64_t len)
+{
+    if (!o->pad_align || len > o->pad_limit) return len;
+    uint64_t up = (len + o->pad_align - 1) & ~(uint64_t)(o->pad_align - 1);
+    if (up == len) return len;
+    uint64_t want[3] = {o->pad_to >= len && o->pad_to - len <= o->pad_align ? o->pad_to : 0, up, up + o->pad_align};
+    for (size_t i = 0; i < 3; i++) {
+        if (want[i] == len) return len;
+        size_t n = want[i] ? pad_field_len(want[i] - len) : 0;
+        if (n) {
+            f->padding = (ProtobufCBinaryData){n, (uint8_t *)pad_zeros};
+            return want[i];
+        }
+    }
+    return len;
+}
+
 /* The option checks; sealing needs a valid key, a data key, and ids the key block and the
  * associated data can hold. */
 static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, wire_err *err)
@@ -562,6 +594,9 @@ static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_
         return wire_fail(err, -EINVAL, "segment encode: missing options, sections, run id or allocator");
     if (o->compression < WIRE_COMP_NONE || o->compression > WIRE_COMP_ZSTD)
         return wire_fail(err, -EINVAL, "segment encode: unknown compression %d", o->compression);
+    if (o->pad_align > WIRE_PAD_ALIGN_MAX || (o->pad_align & (o->pad_align - 1)))
+        return wire_fail(err, -EINVAL, "segment encode: padding alignment %u is not a power of two up to %u",
+                         o->pad_align, WIRE_PAD_ALIGN_MAX);
     if (!o->seal_key != !o->seal_data_key)
         return wire_fail(err, -EINVAL, "segment encode: sealing needs both a key and a data key");
     if (!o->seal_key) return 0;
@@ -682,7 +717,7 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
         goto fail;
     }
     uint64_t scratch_len = o->compression != WIRE_COMP_NONE ? raw_max : 0;
-    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len;
+    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len + 2 * (uint64_t)o->pad_align;
     if (cap > SIZE_MAX / 2) goto fail;
     r.buf = o->alloc ? o->alloc(o->alloc_ctx, (size_t)cap) : malloc((size_t)cap);
     if (!r.buf) goto fail;
@@ -697,6 +732,8 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc, err);
     if (rc < 0) goto fail;
     r.nsecs = nsecs;
+    if (o->pad_align && pos <= o->pad_limit)
+        footer_pad(o, &f, pos + blen + dstl__segment_footer__get_packed_size(&f) + WIRE_SEG_TRAILER_LEN);
     size_t pblen = dstl__segment_footer__pack(&f, r.buf + pos + blen);
     if (sealed) {
         if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;

@@ -144,7 +144,20 @@ typedef struct {
      * bytes, never used for another segment), which is stored wrapped with seal_key. */
     const wire_key *seal_key;
     const uint8_t *seal_data_key;
+    /* Optional padding (FORMAT.md, "Padding"), for small segments written over a file that
+     * already holds a segment: overwriting the same number of bytes changes no file size, so
+     * its fdatasync commits no file-system journal. With pad_align (a power of two, at most
+     * WIRE_PAD_ALIGN_MAX; 0 = no padding) a segment whose natural length L is at most
+     * pad_limit gets a footer field of zeros that makes it exactly pad_to bytes when
+     * L <= pad_to <= L + pad_align, else L rounded up to a multiple of pad_align (a further
+     * pad_align on when no field reaches that length: 1, 2 or 130 bytes short). A segment
+     * longer than pad_limit, or already aligned, stays at L. */
+    uint64_t pad_to;
+    uint32_t pad_align;
+    uint32_t pad_limit;
 } wire_seg_opts;
+
+#define WIRE_PAD_ALIGN_MAX 8192u
 
 /* Where one section landed, for handles. */
 typedef struct {
