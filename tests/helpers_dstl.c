@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +158,25 @@ size_t t_count_segments(const char *dir)
     return local;
 }
 
+/* Whether file path (named name, "<run>-<no>.seg") holds segment <no>: its header's magic and
+ * segment number. A reserved name holds nothing yet: an empty file, or the bytes of the deleted
+ * segment recycled into it (dstl/local/segstore.h). */
+static int holds_its_segment(const char *path, const char *name)
+{
+    const char *dash = strrchr(name, '-');
+    if (!dash) return 0;
+    unsigned long long no = strtoull(dash + 1, NULL, 10);
+    uint8_t h[24];
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t got = fread(h, 1, sizeof h, f);
+    fclose(f);
+    if (got < sizeof h || memcmp(h, "DSTLSEG\n", 8) != 0) return 0;
+    unsigned long long hno = 0;
+    for (int i = 7; i >= 0; i--) hno = hno << 8 | h[16 + i];   /* little-endian u64 at 16 */
+    return hno == no;
+}
+
 static size_t count_local(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -167,9 +187,8 @@ static size_t count_local(const char *dir)
         size_t l = strlen(e->d_name);
         if (l < 4 || strcmp(e->d_name + l - 4, ".seg") != 0) continue;
         char p[4096];
-        struct stat st;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (stat(p, &st) == 0 && st.st_size > 0) n++;
+        n += holds_its_segment(p, e->d_name);
     }
     closedir(d);
     return n;

@@ -31,7 +31,8 @@ int t_persist_result(dstl_writer *w, uint64_t from, uint64_t cp, dstl_handle **o
  * Returns the number of records read, or a negative error. */
 long t_verify(dstl_storage *s, const dstl_handle *h, uint32_t wid, uint32_t kg_first, uint32_t nkg,
               uint32_t kgf, uint32_t kgl, size_t max_len);
-/* Number of *.seg files in dir that are not empty (reserved names are empty). In remote
+/* Number of *.seg files in dir that hold the segment their name says (a reserved name is empty
+ * or holds a recycled, deleted segment's bytes: not counted). In remote
  * mode it also expects (waiting up to 10 s for deletes in flight) the same number of
  * segment objects under the fixture's prefix, and no incomplete multipart upload. */
 size_t t_count_segments(const char *dir);

@@ -370,6 +370,47 @@ Test(dstl_segstore, large_recycled_files_are_overwritten_and_cut_to_the_new_segm
         for (int j = 0; j < 2; j++) free(buf[i][j]);
 }
 
+/* A recycled file of up to 64 KiB keeps its bytes too (segstore_reserved_bytes says how many),
+ * so that a segment padded to that size overwrites it in place (its fdatasync then has no file
+ * size to commit); one between 64 KiB and 1 MiB is emptied as before. Every engine. */
+Test(dstl_segstore, small_recycled_files_keep_their_bytes_for_a_segment_of_their_size)
+{
+    static unsigned char old_buf[3][100000], new_buf[3][100000];
+    const size_t old_len[3] = {12288, 65536, 100000}, new_len[3] = {12288, 5000, 12288};
+    for (size_t k = 0; k < N_ENGINES; k++) {
+        segstore *s = open_store(engines[k], NULL, 0);
+        struct outcome o[3] = {0}, o2[3] = {0};
+        char old[3][64], name[3][64];
+        for (int i = 0; i < 3; i++) {
+            fill(old_buf[i], old_len[i], (unsigned)(10 * k + i));
+            fill(new_buf[i], new_len[i], (unsigned)(10 * k + i + 5));
+            snprintf(old[i], sizeof old[i], "small-%zu-%d.seg", k, i);
+            snprintf(name[i], sizeof name[i], "small-%zu-%d.seg", k, i + 3);
+            cr_assert_eq(write_seg(s, old[i], old_buf[i], old_len[i], &o[i]), 0, "%s", dstl_last_error());
+        }
+        wait_for(s, o, 3);
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(o[i].res, 0, "%s", o[i].detail);
+            cr_assert_eq(segstore_reserved_bytes(s, name[i]), 0, "not reserved yet");
+            cr_assert_eq(segstore_recycle(s, old[i], name[i]), 0, "%s", dstl_last_error());
+        }
+        cr_assert_eq(segstore_reserved_bytes(s, name[0]), 12288, "%s", engines[k]);
+        cr_assert_eq(segstore_reserved_bytes(s, name[1]), 65536, "%s", engines[k]);
+        cr_assert_eq(segstore_reserved_bytes(s, name[2]), 0, "%s: 100,000 bytes are emptied", engines[k]);
+        expect_segment(name[0], old_buf[0], old_len[0]);   /* the old bytes, until written */
+        expect_segment(name[2], old_buf[2], 0);
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(write_seg(s, name[i], new_buf[i], new_len[i], &o2[i]), 0, "%s", dstl_last_error());
+        wait_for(s, o2, 3);
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(o2[i].res, 0, "%s", o2[i].detail);
+            expect_segment(name[i], new_buf[i], new_len[i]);   /* its bytes, and not one more */
+            cr_assert_eq(segstore_reserved_bytes(s, name[i]), 0, "written: no longer reserved");
+        }
+        segstore_close(s);
+    }
+}
+
 Test(dstl_segstore, recycle_refuses_reservations_missing_files_and_taken_names)
 {
     segstore *s = open_store("io_uring", NULL, 0);

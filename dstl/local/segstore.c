@@ -341,8 +341,9 @@ static int owner_lock(segstore *s)
 
 /* ---- reservations and writes --------------------------------------------------------------- */
 
-/* Recycled files this large keep their bytes, up to RECYCLE_HOLD_MAX in all reservations */
+/* Recycled files this large, or this small, keep their bytes (up to RECYCLE_HOLD_MAX in all) */
 #define RECYCLE_KEEP_MIN (1ull << 20)
+#define RECYCLE_KEEP_SMALL (64ull << 10)
 #define RECYCLE_HOLD_MAX (256ull << 20)
 
 static struct seg_reserved *find_reserved(segstore *s, const char *name)
@@ -402,13 +403,14 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
     if (fd < 0) return err_fail(-errno, "recycle %s/%s: %s", s->dir, old_name, strerror(errno));
     /* A large file keeps its blocks for the next segment to overwrite (segstore_write cuts
      * off what is left past its end): freeing and allocating them again cost more than the
-     * write (perf/README.md, "What held the load runs below the disk"). A small one, or one
-     * past RECYCLE_HOLD_MAX, is emptied as before. */
+     * write (perf/README.md, "What held the load runs below the disk"). A small one too: a
+     * segment padded to its size (segstore_reserved_bytes) overwrites it in place, and its
+     * fdatasync commits no journal. One in between, or past RECYCLE_HOLD_MAX, is emptied. */
     struct stat st;
     if (fstat(fd, &st) < 0) st.st_size = 0;
-    uint64_t held = 0;
+    uint64_t held = 0, size = (uint64_t)st.st_size;
     for (unsigned i = 0; i < s->n_reserved; i++) held += s->reserved[i].size;
-    int empty = (uint64_t)st.st_size < RECYCLE_KEEP_MIN || held + (uint64_t)st.st_size > RECYCLE_HOLD_MAX;
+    int empty = (size > RECYCLE_KEEP_SMALL && size < RECYCLE_KEEP_MIN) || held + size > RECYCLE_HOLD_MAX;
     if (empty && ftruncate(fd, 0) < 0) {
         rc = err_fail(-errno, "recycle %s/%s: truncate: %s", s->dir, old_name, strerror(errno));
         close(fd);
@@ -427,9 +429,15 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
      * bring back the old name. Neither is referenced by any handle; the header's segment
      * number tells a stale file from its name (dstl verify: MISNAMED), and gc removes both as
      * orphans. A write makes its own bytes and size durable with its fdatasync. */
-    reserve_add(s, name, fd, empty ? 0 : (uint64_t)st.st_size);
+    reserve_add(s, name, fd, empty ? 0 : size);
     s->st.recycles++;
     return 0;
+}
+
+uint64_t segstore_reserved_bytes(segstore *s, const char *name)
+{
+    struct seg_reserved *r = find_reserved(s, name);
+    return r ? r->size : 0;
 }
 
 /* Queues w's callback without I/O (an early failure); the loop is woken to run it. */
@@ -617,12 +625,10 @@ static const char *describe(segstore *s, const struct seg_write *w)
     case FAIL_NONE:
         return "";
     case FAIL_CREATE:
-        snprintf(s->detail, sizeof s->detail, "create %s/%s: %s", s->dir, w->name,
-                 strerror(-w->res));
+        snprintf(s->detail, sizeof s->detail, "create %s/%s: %s", s->dir, w->name, strerror(-w->res));
         break;
     case FAIL_QUEUE:
-        snprintf(s->detail, sizeof s->detail, "write %s/%s: could not queue: %s", s->dir,
-                 w->name, strerror(-w->res));
+        snprintf(s->detail, sizeof s->detail, "write %s/%s: not queued: %s", s->dir, w->name, strerror(-w->res));
         break;
     case FAIL_SPACE:
         snprintf(s->detail, sizeof s->detail,
@@ -635,8 +641,7 @@ static const char *describe(segstore *s, const struct seg_write *w)
         break;
     case FAIL_STORE:
         /* failed_detail names the directory already */
-        snprintf(s->detail, sizeof s->detail, "write %.255s: %.760s", w->name,
-                 s->failed_detail);
+        snprintf(s->detail, sizeof s->detail, "write %.255s: %.760s", w->name, s->failed_detail);
         break;
     }
     return s->detail;

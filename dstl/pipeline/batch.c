@@ -356,11 +356,22 @@ void batch_upload_start(pipeline_loop *loop, batch *b)
 /* Encodes the batch's sections into b->out. Encryption: the key file's active key now (a
  * rotated file is re-read here), and a fresh data key for this segment only — a retry or a
  * deferred flush encodes anew, so no data key ever seals two segments. */
+/* Small segments are padded (wire_seg_opts.pad_*) to the size of the recycled file reserved
+ * for them, else to a multiple of 4 KiB, so that most land on a file of exactly their size
+ * (segstore_recycle keeps small files' bytes): the write changes no file size, and its
+ * fdatasync flushes the data without a journal commit. On this VM's ext4, write + fdatasync of
+ * 3 KB: 7,150/s overwriting in place against 3,700/s after a truncate, 3,100/s into a new
+ * file; 64 committers 39-61 K commits/s against 28-42 K unpadded (alternating pairs). At most
+ * 8 KiB more per segment, and only below SEGMENT_PAD_LIMIT. */
+#define SEGMENT_PAD_ALIGN 4096u
+#define SEGMENT_PAD_LIMIT (64u << 10)
+
 static int encode_segment(dstl_storage *s, batch *b, const wire_section_in *in, wire_err *e)
 {
     wire_seg_opts o = {.run_id = s->run_id, .segment_no = b->g->no, .created_ms = 0,
                        .compression = s->conf.compression, .alloc = seg_alloc, .release = seg_release,
-                       .alloc_ctx = b};
+                       .alloc_ctx = b, .pad_to = segstore_reserved_bytes(s->store, b->g->name),
+                       .pad_align = SEGMENT_PAD_ALIGN, .pad_limit = SEGMENT_PAD_LIMIT};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     o.created_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
