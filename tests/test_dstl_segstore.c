@@ -370,6 +370,8 @@ Test(dstl_segstore, large_recycled_files_are_overwritten_and_cut_to_the_new_segm
         for (int j = 0; j < 2; j++) free(buf[i][j]);
 }
 
+static struct ioeng_fault *fault_script(int kind, unsigned nth, int result);
+
 /* A recycled file of up to 64 KiB keeps its bytes too (segstore_reserved_bytes says how many),
  * so that a segment padded to that size overwrites it in place (its fdatasync then has no file
  * size to commit); one between 64 KiB and 1 MiB is emptied as before. Every engine. */
@@ -409,6 +411,60 @@ Test(dstl_segstore, small_recycled_files_keep_their_bytes_for_a_segment_of_their
         }
         segstore_close(s);
     }
+}
+
+/* Reservations defer their directory fsync (SEGSTORE_DIR_DEFER_MAX): a few reserved names
+ * start none; a write into one starts it and is acknowledged only once it succeeded (a failed
+ * directory fsync fails that write); DEFER_MAX names start one by themselves, and
+ * segstore_sync_reserved starts one for the rest. */
+Test(dstl_segstore, reservations_defer_their_directory_fsync_until_a_write_needs_it)
+{
+    segstore *s = open_store("io_uring", NULL, 0);
+    struct segstore_stats st;
+    char name[64];
+    for (unsigned i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "seg-%u.seg", i);
+        cr_assert_eq(segstore_reserve(s, name), 0, "%s", dstl_last_error());
+    }
+    settle(s);
+    segstore_stats(s, &st);
+    cr_assert_eq(st.dir_fsyncs, 0, "3 reservations started %llu directory fsyncs", (unsigned long long)st.dir_fsyncs);
+    cr_assert(st.dir_deferred && !st.dir_pending);
+    struct outcome o[1] = {0};
+    write_segments(s, 0, 1, o);
+    cr_assert_eq(o[0].res, 0, "%s", o[0].detail);
+    segstore_stats(s, &st);
+    cr_assert_eq(st.dir_fsyncs, 1, "the write into a reserved name needs its directory fsync");
+    settle(s);
+    segstore_stats(s, &st);
+    cr_assert(!st.dir_deferred, "the names reserved before it are durable with it");
+    for (unsigned i = 10; i < 10 + SEGSTORE_DIR_DEFER_MAX; i++) {
+        snprintf(name, sizeof name, "seg-%u.seg", i);
+        cr_assert_eq(segstore_reserve(s, name), 0, "%s", dstl_last_error());
+    }
+    settle(s);
+    segstore_stats(s, &st);
+    cr_assert_eq(st.dir_fsyncs, 2, "%u reservations: one directory fsync, %llu", SEGSTORE_DIR_DEFER_MAX,
+                 (unsigned long long)st.dir_fsyncs);
+    cr_assert_eq(segstore_reserve(s, "seg-30.seg"), 0, "%s", dstl_last_error());
+    segstore_sync_reserved(s);
+    settle(s);
+    segstore_stats(s, &st);
+    cr_assert_eq(st.dir_fsyncs, 3);
+    cr_assert(!st.dir_deferred && !st.dir_pending);
+    segstore_close(s);
+
+    /* the write's acknowledgement waits for the deferred fsync: failing it fails the write */
+    struct ioeng_fault *f = fault_script(IOENG_OP_FSYNC, 1, -EIO);
+    s = open_store("io_uring", f, 0);
+    cr_assert_eq(segstore_reserve(s, "seg-40.seg"), 0, "%s", dstl_last_error());
+    settle(s);
+    struct outcome o2[1] = {0};
+    write_segments(s, 40, 1, o2);
+    cr_assert_eq(o2[0].res, -EIO, "acknowledged without its name's directory fsync");
+    cr_assert(strstr(o2[0].detail, "fsync of the directory"), "detail: %s", o2[0].detail);
+    segstore_close(s);
+    ioeng_fault_free(f);
 }
 
 Test(dstl_segstore, recycle_refuses_reservations_missing_files_and_taken_names)

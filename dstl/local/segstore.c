@@ -15,6 +15,11 @@
  * at most one directory fsync is in flight; when it completes, `dir_synced` becomes its
  * generation, the writes waiting for it are released, and if later creations want more, the next
  * fsync starts at once, covering all of them (group commit for directory entries).
+ * Reservations defer theirs: a reserved name must be durable only before a write into it is
+ * acknowledged, so its generation is synced when such a write needs it (beside the write's
+ * data, like a creation), when SEGSTORE_DIR_DEFER_MAX reserved names wait, or when the owner
+ * asks (segstore_sync_reserved). A deleted segment recycled per persist (bench_local commits)
+ * otherwise put one directory fsync beside every segment's fdatasync.
  *
  * Threads: the store's state is pipeline-thread only; segstore_unlink is thread-safe (it uses
  * only the immutable dir path and dir fd, and an atomic flag), as are the file operations of
@@ -122,6 +127,8 @@ struct segstore {
     uint64_t dir_synced;            /* generations <= this are durable                      */
     uint64_t dir_running;           /* generation of the fsync in flight, 0 = none          */
     uint64_t dir_wanted;            /* highest generation a creation needs                  */
+    uint64_t dir_needed;            /* ... a write needs (wanted beyond it: reservations)  */
+    unsigned dir_deferred;          /* reservations since the last fsync started            */
     unsigned n_reserved;
     struct seg_reserved reserved[SEGSTORE_RESERVE_MAX];
     bool failed;
@@ -212,16 +219,39 @@ static void dir_sync_start(segstore *s)
         return;
     }
     s->dir_running = s->dir_wanted;
+    s->dir_deferred = 0;
     s->st.dir_fsyncs++;
 }
 
-/* A file was just created: returns the generation whose fsync makes its entry durable. */
-static uint64_t dir_entry_added(segstore *s)
+/* Whether a directory fsync should start now: a write needs one, or enough reservations
+ * wait for one. */
+static bool dir_sync_due(const segstore *s)
+{
+    return s->dir_needed > s->dir_synced || s->dir_deferred >= SEGSTORE_DIR_DEFER_MAX;
+}
+
+/* A write needs generation g synced before its acknowledgement: starts the fsync now, or
+ * after the one in flight. */
+static void dir_need(segstore *s, uint64_t g)
+{
+    if (g > s->dir_needed) s->dir_needed = g;
+    dir_sync_start(s);
+}
+
+/* A file was just created (reserved: for a later write): returns the generation whose fsync
+ * makes its entry durable. */
+static uint64_t dir_entry_added(segstore *s, bool reserved)
 {
     uint64_t g = (s->dir_running ? s->dir_running : s->dir_synced) + 1;
     if (g > s->dir_wanted) s->dir_wanted = g;
-    dir_sync_start(s);
+    if (!reserved) dir_need(s, g);
+    else if (++s->dir_deferred >= SEGSTORE_DIR_DEFER_MAX) dir_sync_start(s);
     return g;
+}
+
+void segstore_sync_reserved(segstore *s)
+{
+    if (s->dir_wanted > s->dir_synced) dir_need(s, s->dir_wanted);
 }
 
 static void on_dir_synced(segstore *s, int res)
@@ -245,7 +275,7 @@ static void on_dir_synced(segstore *s, int res)
             list_push(&s->done, w);
         }
     }
-    dir_sync_start(s);
+    if (dir_sync_due(s)) dir_sync_start(s);
 }
 
 /* ---- open / close ---------------------------------------------------------------------------- */
@@ -324,7 +354,8 @@ void segstore_stats(const segstore *s, struct segstore_stats *out)
     *out = s->st;
     out->reserved = s->n_reserved;
     out->inflight = s->inflight;
-    out->dir_pending = s->dir_running || s->dir_wanted > s->dir_synced;
+    out->dir_pending = s->dir_running || (s->dir_wanted > s->dir_synced && dir_sync_due(s));
+    out->dir_deferred = s->dir_wanted > s->dir_synced && !out->dir_pending;
 }
 
 /* ---- ownership ------------------------------------------------------------------------------ */
@@ -375,7 +406,7 @@ static void reserve_add(segstore *s, const char *name, int fd, uint64_t size)
     r->fd = fd;
     r->size = size;
     strcpy(r->name, name);
-    r->dir_gen = dir_entry_added(s);
+    r->dir_gen = dir_entry_added(s, true);
     submit(s);
 }
 
@@ -385,9 +416,9 @@ int segstore_reserve(segstore *s, const char *name)
     if (rc < 0) return rc;
     int fd = openat(s->dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return err_fail(-errno, "reserve %s/%s: %s", s->dir, name, strerror(errno));
-    /* DURABILITY: the empty file exists in the page cache only; dir_entry_added starts the
-     * directory fsync that makes its name durable. A crash leaves no file or an empty one
-     * (an orphan for gc); nothing refers to it yet. */
+    /* DURABILITY: the empty file exists in the page cache only; the directory fsync that
+     * makes its name durable runs before a write into it is acknowledged (dir_entry_added).
+     * A crash leaves no file or an empty one (an orphan for gc); nothing refers to it yet. */
     reserve_add(s, name, fd, 0);
     s->st.creates++;
     return 0;
@@ -423,7 +454,7 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
         return rc;
     }
     /* DURABILITY: like a creation: the new name (and the old one's removal) becomes durable
-     * with the directory fsync dir_entry_added starts, before any write into it is
+     * with a directory fsync (dir_entry_added), before any write into it is
      * acknowledged. Until written, the name holds the deleted segment's bytes (a truncate is
      * not synced either); a crash may leave them (or part of a new segment over them), or
      * bring back the old name. Neither is referenced by any handle; the header's segment
@@ -512,6 +543,7 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
     if (r) {
         w->fd = r->fd;
         w->dir_gen = r->dir_gen; /* usually synced long ago */
+        if (w->dir_gen > s->dir_synced) dir_need(s, w->dir_gen);
         uint64_t held = r->size;
         *r = s->reserved[--s->n_reserved];
         s->st.reserved_hits++;
@@ -531,7 +563,7 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
         /* DURABILITY: the new name is in the page cache only; the directory fsync started
          * (or joined) here makes it durable, in parallel with the data below. A crash before
          * both leaves no file or a partial one: an orphan, never acknowledged. */
-        w->dir_gen = dir_entry_added(s);
+        w->dir_gen = dir_entry_added(s, false);
         s->st.creates++;
     }
     unsigned flags = SEGMENT_WRITE_FLAGS;

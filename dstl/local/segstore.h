@@ -109,11 +109,16 @@ const char *segstore_engine(const segstore *s);
  * with POLLIN; the store owns it. */
 int segstore_event_fd(const segstore *s);
 
-/* Creates the empty file dir/name now and starts (or joins) a directory fsync for it, so that a
- * later segstore_write(name) costs only write + fdatasync. Returns 0; -EINVAL for a bad name
- * (empty, '/', ".", "..", too long); -EEXIST when already reserved or on disk; -EAGAIN when
- * SEGSTORE_RESERVE_MAX names are reserved; -EIO when the store has failed; other -errno of the
- * create. Detail names the file. Blocking: openat only. Pipeline thread only.
+/* Reserved names' directory fsyncs are deferred until a write into one needs its name durable,
+ * until this many reserved names wait, or until segstore_sync_reserved. */
+#define SEGSTORE_DIR_DEFER_MAX 8u
+
+/* Creates the empty file dir/name now, to be made durable by a directory fsync shared with
+ * other reservations (SEGSTORE_DIR_DEFER_MAX), so that a later segstore_write(name) costs only
+ * write + fdatasync. Returns 0; -EINVAL for a bad name (empty, '/', ".", "..", too long);
+ * -EEXIST when already reserved or on disk; -EAGAIN when SEGSTORE_RESERVE_MAX names are
+ * reserved; -EIO when the store has failed; other -errno of the create. Detail names the file.
+ * Blocking: openat only. Pipeline thread only.
  * A crash leaves reserved names as empty files: orphans that `dstl gc` removes (a reader must
  * treat a 0-byte segment as never written). */
 int segstore_reserve(segstore *s, const char *name);
@@ -127,6 +132,11 @@ int segstore_reserve(segstore *s, const char *name);
  * old_name, which is then left as it was unless the truncate went through (the caller
  * unlinks it). Durability as segstore_reserve's. Pipeline thread only. */
 int segstore_recycle(segstore *s, const char *old_name, const char *name);
+
+/* Starts the directory fsync that makes every name reserved so far durable (after the one in
+ * flight), so that writes into them find their names durable already: for an owner whose
+ * reservations are made ahead, in a quiet moment. Pipeline thread only. */
+void segstore_sync_reserved(segstore *s);
 
 /* The bytes the file reserved as name holds now (a recycled segment's, which a write of that
  * many bytes overwrites without changing the file's size: its fdatasync then commits no
@@ -164,7 +174,8 @@ struct segstore_stats {
     uint64_t dir_fsyncs;      /* directory fsyncs issued                                      */
     unsigned reserved;        /* names reserved now                                           */
     unsigned inflight;        /* accepted writes whose callback has not run yet               */
-    bool dir_pending;         /* a directory fsync is running or wanted                       */
+    bool dir_pending;         /* a directory fsync is running or due                          */
+    bool dir_deferred;        /* reserved names wait for a directory fsync nothing needs yet  */
 };
 
 /* Counters since open. Pipeline thread only. */

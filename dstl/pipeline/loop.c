@@ -102,13 +102,17 @@ static void reserve_ahead(pipeline_loop *loop)
     uint64_t next = s->locked.reg.next_seg_no;
     pthread_mutex_unlock(&s->mu);
     if (loop->reserved_upto < next) loop->reserved_upto = next;
-    if (loop->reserved_upto >= next + RESERVE_LOW) return;
-    while (loop->reserved_upto < next + RESERVE_HIGH) {
-        char name[64];
-        segment_name_format(s->run_id, loop->reserved_upto, name, sizeof name);
-        if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */
-        loop->reserved_upto++;
+    if (loop->reserved_upto < next + RESERVE_LOW) {
+        while (loop->reserved_upto < next + RESERVE_HIGH) {
+            char name[64];
+            segment_name_format(s->run_id, loop->reserved_upto, name, sizeof name);
+            if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */
+            loop->reserved_upto++;
+        }
     }
+    /* The names reserved and recycled so far (their directory fsync waits until something
+     * asks: segstore.h) become durable now, while the disk is idle or ahead of their writes. */
+    segstore_sync_reserved(s->store);
 }
 
 typedef struct {
