@@ -1046,8 +1046,18 @@ Test(wire_segment, padding_gives_the_length_asked_and_the_same_records)
         cr_assert_eq(got, cases[i].want, "pad_to natural%+lld: %llu bytes, want %llu",
                      (long long)(cases[i].pad_to - n), (unsigned long long)got, (unsigned long long)cases[i].want);
     }
-    /* over the limit, or no alignment: the natural length, whatever pad_to says */
+    /* over the limit, or no alignment: the natural length, whatever pad_to says, and a buffer
+     * no larger than without padding */
     cr_assert_eq(encode_padded(&m, n + 100, 4096, (uint32_t)n - 1, WIRE_COMP_NONE), n);
+    wire_seg_opts po = o;
+    po.pad_align = 4096;
+    po.pad_limit = 16;
+    wire_segment_out a1, a2;
+    encode_ok(&m, &o, &a1);
+    encode_ok(&m, &po, &a2);
+    cr_assert_eq(a2.cap, a1.cap, "a segment too large to pad got a larger buffer: %zu > %zu", a2.cap, a1.cap);
+    wire_segment_out_free(&a1);
+    wire_segment_out_free(&a2);
     cr_assert_eq(encode_padded(&m, n + 100, 0, 65536, WIRE_COMP_NONE), n);
     /* compressed sections: the length is known only once they are; padded all the same */
     for (int comp = WIRE_COMP_LZ4; comp <= WIRE_COMP_ZSTD; comp++)

@@ -568,8 +568,8 @@ static size_t pad_field_len(uint64_t e)
 }
 
 /* Sets f's padding for the length o asks for (wire_seg_opts.pad_*), given the segment's
- * length without it, len; returns the segment's length with it. */
-static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint64_t len)
+ * length without it, len, and the most the buffer holds; returns the segment's length with it. */
+static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint64_t len, uint64_t max)
 {
     if (!o->pad_align || len > o->pad_limit) return len;
     uint64_t up = (len + o->pad_align - 1) & ~(uint64_t)(o->pad_align - 1);
@@ -577,7 +577,7 @@ static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint6
     uint64_t want[3] = {o->pad_to >= len && o->pad_to - len <= o->pad_align ? o->pad_to : 0, up, up + o->pad_align};
     for (size_t i = 0; i < 3; i++) {
         if (want[i] == len) return len;
-        size_t n = want[i] ? pad_field_len(want[i] - len) : 0;
+        size_t n = want[i] && want[i] <= max ? pad_field_len(want[i] - len) : 0;
         if (n) {
             f->padding = (ProtobufCBinaryData){n, (uint8_t *)pad_zeros};
             return want[i];
@@ -717,7 +717,9 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
         goto fail;
     }
     uint64_t scratch_len = o->compression != WIRE_COMP_NONE ? raw_max : 0;
-    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len + 2 * (uint64_t)o->pad_align;
+    /* room for padding only where it may apply (a large segment's buffer stays its size) */
+    uint64_t pad_room = o->pad_align && pos <= o->pad_limit ? 2 * (uint64_t)o->pad_align : 0;
+    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len + pad_room;
     if (cap > SIZE_MAX / 2) goto fail;
     r.buf = o->alloc ? o->alloc(o->alloc_ctx, (size_t)cap) : malloc((size_t)cap);
     if (!r.buf) goto fail;
@@ -733,7 +735,8 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     if (rc < 0) goto fail;
     r.nsecs = nsecs;
     if (o->pad_align && pos <= o->pad_limit)
-        footer_pad(o, &f, pos + blen + dstl__segment_footer__get_packed_size(&f) + WIRE_SEG_TRAILER_LEN);
+        footer_pad(o, &f, pos + blen + dstl__segment_footer__get_packed_size(&f) + WIRE_SEG_TRAILER_LEN,
+                   cap - scratch_len);
     size_t pblen = dstl__segment_footer__pack(&f, r.buf + pos + blen);
     if (sealed) {
         if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;
