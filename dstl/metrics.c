@@ -154,6 +154,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.restore_bytes_delivered = atomic_load_explicit(&rd->restore_bytes_delivered, memory_order_relaxed);
     st.restore_cache_hits = atomic_load_explicit(&rd->restore_cache_hits, memory_order_relaxed);
     st.segments_direct = s->store ? segstore_direct_writes(s->store) : 0;
+    st.segments_in_place = s->store ? segstore_in_place_writes(s->store) : 0;
     *out = st;
     return 0;
 }
@@ -203,6 +204,8 @@ static int metrics_format(dstl_storage *s, char **text)
             "was unusable.", st.local_read_fallbacks);
     counter(&b, "dstl_key_reloads_total", "Changed key files re-read and taken.", st.key_reloads);
     counter(&b, "dstl_segments_direct_total", "Segments written with O_DIRECT (dstl.io.direct).", st.segments_direct);
+    counter(&b, "dstl_segments_in_place_total", "Segments written over a recycled file of exactly their length.",
+            st.segments_in_place);
     counter(&b, "dstl_key_reload_failures_total", "Key file re-reads that failed (previous keys kept).",
             st.key_reload_failures);
     /* restore plans (closed ones), from one table */

@@ -488,6 +488,9 @@ typedef struct {
      * by default auto: where the local dir's file system takes it; a smaller segment goes
      * through the page cache whole): the check that the option bites */
     uint64_t segments_direct;
+    /* segments written over a recycled file of exactly their length (small segments are padded
+     * to it): no file size changed, so their fdatasync wrote no inode */
+    uint64_t segments_in_place;
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

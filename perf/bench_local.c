@@ -385,6 +385,8 @@ static int bench_commits(const char *dir, int n, double seconds)
     printf("local.commit_p50_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.5));
     printf("local.commit_p99_us_w%d %" PRIu64 " us\n", n, histo_quantile(&all, 0.99));
     printf("local.commit_segments_s_w%d %.0f segments/s\n", n, (double)st.segments_written / el);
+    printf("local.commit_in_place_share_w%d %.3f x\n", n,
+           st.segments_written ? (double)st.segments_in_place / (double)st.segments_written : 0.0);
     perf_dump(s, "local-commits-w%d", n);
     dstl_storage_close(s);
     free(jobs);

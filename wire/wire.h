@@ -146,7 +146,7 @@ typedef struct {
     const uint8_t *seal_data_key;
     /* Optional padding (FORMAT.md, "Padding"), for small segments written over a file that
      * already holds a segment: overwriting the same number of bytes changes no file size, so
-     * its fdatasync commits no file-system journal. With pad_align (a power of two, at most
+     * its fdatasync writes no inode. With pad_align (a power of two, at most
      * WIRE_PAD_ALIGN_MAX; 0 = no padding) a segment whose natural length L is at most
      * pad_limit gets a footer field of zeros that makes it exactly pad_to bytes when
      * L <= pad_to <= L + pad_align, else L rounded up to a multiple of pad_align (a further

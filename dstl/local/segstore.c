@@ -114,6 +114,7 @@ struct segstore {
     bool direct_auto;               /* auto: segments of SEGSTORE_AUTO_DIRECT_MIN and more   */
     bool direct_unprobed;           /* auto: not probed yet (pipeline thread, first write)  */
     atomic_uint_fast64_t direct_writes; /* written so (segstore_direct_writes: any thread)  */
+    atomic_uint_fast64_t in_place;  /* into a reserved file of their size (any thread)      */
 
     /* the run's ownership lock (pipeline thread): taken before the first file is created */
     char *owner;                    /* NULL: no lock                                        */
@@ -344,10 +345,7 @@ const char *segstore_engine(const segstore *s) { return ioeng_name(s->io); }
 
 int segstore_event_fd(const segstore *s) { return ioeng_event_fd(s->io); }
 
-int segstore_failed(const segstore *s)
-{
-    return s->failed ? err_fail(-EIO, "%s", s->failed_detail) : 0;
-}
+int segstore_failed(const segstore *s) { return s->failed ? err_fail(-EIO, "%s", s->failed_detail) : 0; }
 
 void segstore_stats(const segstore *s, struct segstore_stats *out)
 {
@@ -436,7 +434,7 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name)
      * off what is left past its end): freeing and allocating them again cost more than the
      * write (perf/README.md, "What held the load runs below the disk"). A small one too: a
      * segment padded to its size (segstore_reserved_bytes) overwrites it in place, and its
-     * fdatasync commits no journal. One in between, or past RECYCLE_HOLD_MAX, is emptied. */
+     * fdatasync writes no inode. One in between, or past RECYCLE_HOLD_MAX, is emptied. */
     struct stat st;
     if (fstat(fd, &st) < 0) st.st_size = 0;
     uint64_t held = 0, size = (uint64_t)st.st_size;
@@ -545,6 +543,7 @@ int segstore_write(segstore *s, const char *name, const void *buf, size_t len,
         w->dir_gen = r->dir_gen; /* usually synced long ago */
         if (w->dir_gen > s->dir_synced) dir_need(s, w->dir_gen);
         uint64_t held = r->size;
+        if (held == len) atomic_fetch_add_explicit(&s->in_place, 1, memory_order_relaxed);
         *r = s->reserved[--s->n_reserved];
         s->st.reserved_hits++;
         /* a recycled file longer than this segment loses its tail first (the fdatasync makes
@@ -663,9 +662,8 @@ static const char *describe(segstore *s, const struct seg_write *w)
         snprintf(s->detail, sizeof s->detail, "write %s/%s: not queued: %s", s->dir, w->name, strerror(-w->res));
         break;
     case FAIL_SPACE:
-        snprintf(s->detail, sizeof s->detail,
-                 "write %s/%s (%zu bytes, %llu written): %s; partial file removed", s->dir,
-                 w->name, w->len, (unsigned long long)w->written, strerror(-w->res));
+        snprintf(s->detail, sizeof s->detail, "write %s/%s (%zu bytes, %llu written): %s; partial file removed",
+                 s->dir, w->name, w->len, (unsigned long long)w->written, strerror(-w->res));
         break;
     case FAIL_LOCK:
         snprintf(s->detail, sizeof s->detail, "write %s/%s: the run's lock could not be taken: %.700s",
@@ -787,6 +785,8 @@ uint64_t segstore_direct_writes(const segstore *s)
 {
     return atomic_load_explicit(&s->direct_writes, memory_order_relaxed);
 }
+
+uint64_t segstore_in_place_writes(const segstore *s) { return atomic_load_explicit(&s->in_place, memory_order_relaxed); }
 
 int segstore_unlink(segstore *s, const char *name)
 {

@@ -124,10 +124,11 @@ int segstore_event_fd(const segstore *s);
 int segstore_reserve(segstore *s, const char *name);
 
 /* Reserves name by recycling the file of a deleted segment, old_name (not reserved, not being
- * written, no longer referenced): renamed to name, with no inode to allocate; a file of up to
- * 64 KiB or of 1 MiB and more keeps its bytes (segstore_reserved_bytes; the write overwrites
- * them and cuts off any tail), one in between is truncated to 0 — on ext4 without a journal, creating one inode per segment while as many are
- * deleted cost a sixth of all CPU of 64 committers (ext4's recently_deleted scan). Returns 0
+ * written, no longer referenced): renamed to name, with no inode to allocate (on ext4 without a
+ * journal, creating one inode per segment while as many are deleted cost a sixth of all CPU of
+ * 64 committers: ext4's recently_deleted scan). A file of up to 64 KiB or of 1 MiB and more
+ * keeps its bytes (segstore_reserved_bytes; the write overwrites them and cuts off any tail),
+ * one in between is truncated to 0. Returns 0
  * (name is reserved, old_name gone); the errors of segstore_reserve; -ENOENT... naming
  * old_name, which is then left as it was unless the truncate went through (the caller
  * unlinks it). Durability as segstore_reserve's. Pipeline thread only. */
@@ -139,9 +140,9 @@ int segstore_recycle(segstore *s, const char *old_name, const char *name);
 void segstore_sync_reserved(segstore *s);
 
 /* The bytes the file reserved as name holds now (a recycled segment's, which a write of that
- * many bytes overwrites without changing the file's size: its fdatasync then commits no
- * journal, segment padding aims at it); 0 when name is not reserved or its file is empty.
- * Pipeline thread only. */
+ * many bytes overwrites without changing the file's size: its fdatasync then writes no inode;
+ * segment padding aims at it); 0 when name is not reserved or its file is empty. Pipeline
+ * thread only. */
 uint64_t segstore_reserved_bytes(segstore *s, const char *name);
 
 /* Writes buf[0, len) as the new segment dir/name (the reserved file if name was reserved, else
@@ -184,6 +185,9 @@ void segstore_stats(const segstore *s, struct segstore_stats *out);
 /* Segments written with O_DIRECT since open (dstl.io.direct; see segstore_opts.direct). Any
  * thread. */
 uint64_t segstore_direct_writes(const segstore *s);
+/* Writes into a reserved file that held exactly their length (segstore_reserved_bytes) since
+ * open: no file size changed. Any thread. */
+uint64_t segstore_in_place_writes(const segstore *s);
 
 /* ---- any thread ---------------------------------------------------------------------------- */
 

@@ -359,7 +359,7 @@ void batch_upload_start(pipeline_loop *loop, batch *b)
 /* Small segments are padded (wire_seg_opts.pad_*) to the size of the recycled file reserved
  * for them, else to a multiple of 4 KiB, so that most land on a file of exactly their size
  * (segstore_recycle keeps small files' bytes): the write changes no file size, and its
- * fdatasync flushes the data without a journal commit. On this VM's ext4, write + fdatasync of
+ * fdatasync flushes the data without writing the inode. On this VM's ext4, write + fdatasync of
  * 3 KB: 7,150/s overwriting in place against 3,700/s after a truncate, 3,100/s into a new
  * file; 64 committers 39-61 K commits/s against 28-42 K unpadded (alternating pairs). At most
  * 8 KiB more per segment, and only below SEGMENT_PAD_LIMIT. */
