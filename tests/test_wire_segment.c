@@ -1034,11 +1034,11 @@ Test(wire_segment, padding_gives_the_length_asked_and_the_same_records)
         {n + 3, n + 3},             /* the smallest field: tag, length 1, one zero */
         {n + 129, n + 129},         /* the longest with a 1-byte length */
         {n + 131, n + 131},         /* the shortest with a 2-byte length */
-        {n + 4096, n + 4096},       /* as far as one alignment away */
+        {n + 8192, n + 8192},       /* as far as two alignments away */
         {n + 1, 4096},              /* no field adds 1, 2 or 130 bytes: rounded up instead */
         {n + 2, 4096},
         {n + 130, 4096},
-        {n + 4097, 4096},           /* too far */
+        {n + 8193, 4096},           /* too far */
         {n - 1, 4096},              /* shorter than the segment */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

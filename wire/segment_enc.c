@@ -574,7 +574,8 @@ static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint6
     if (!o->pad_align || len > o->pad_limit) return len;
     uint64_t up = (len + o->pad_align - 1) & ~(uint64_t)(o->pad_align - 1);
     if (up == len) return len;
-    uint64_t want[3] = {o->pad_to >= len && o->pad_to - len <= o->pad_align ? o->pad_to : 0, up, up + o->pad_align};
+    uint64_t want[3] = {o->pad_to >= len && o->pad_to - len <= 2 * (uint64_t)o->pad_align ? o->pad_to : 0, up,
+                        up + o->pad_align};
     for (size_t i = 0; i < 3; i++) {
         if (want[i] == len) return len;
         size_t n = want[i] && want[i] <= max ? pad_field_len(want[i] - len) : 0;

@@ -149,7 +149,7 @@ typedef struct {
      * its fdatasync writes no inode. With pad_align (a power of two, at most
      * WIRE_PAD_ALIGN_MAX; 0 = no padding) a segment whose natural length L is at most
      * pad_limit gets a footer field of zeros that makes it exactly pad_to bytes when
-     * L <= pad_to <= L + pad_align, else L rounded up to a multiple of pad_align (a further
+     * L <= pad_to <= L + 2 x pad_align, else L rounded up to a multiple of pad_align (a further
      * pad_align on when no field reaches that length: 1, 2 or 130 bytes short). A segment
      * longer than pad_limit, or already aligned, stays at L. */
     uint64_t pad_to;
