@@ -637,8 +637,8 @@ Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
 
 /* A task restoring its own local-only log (no remote: written in the restorer's dir) beside
  * other tasks' remote handles, and one remote handle in two entries: the plan copies every
- * handle — the caller's copies are freed before any reader opens — and each reader reads
- * exactly its handle's records. The copy points the segment names of remote handles at the
+ * handle — the caller's copies are freed before any reader opens, and a plan refused before
+ * them did not free them — and each reader reads exactly its handle's records. The copy points the segment names of remote handles at the
  * plan's objects and copies the others (restore_map.c). */
 Test(remote_restore, a_plan_mixing_local_only_and_remote_handles_reads_each_after_the_caller_freed_them)
 {
@@ -695,6 +695,13 @@ Test(remote_restore, a_plan_mixing_local_only_and_remote_handles_reads_each_afte
     };
     dstl_storage *s = open_restorer(rdir, NULL);
     dstl_restore *pl = NULL;
+    /* a plan refused at its last entry, after mapping the others in place (they are copied
+     * only once the first GETs are out), leaves the caller's handles whole */
+    dstl_restore_entry bad[6];
+    memcpy(bad, e, sizeof e);
+    bad[5] = (dstl_restore_entry){(const dstl_handle *const *)&mine[1], 1, 5, 4};
+    cr_assert_eq(dstl_restore_plan(s, bad, 6, &pl), -EINVAL);
+    cr_assert(strstr(dstl_last_error(), "entry 5"), "%s", dstl_last_error());
     cr_assert_eq(dstl_restore_plan(s, e, 5, &pl), 0, "%s", dstl_last_error());
     for (int i = 0; i < 6; i++) dstl_handle_free(mine[i]);
     const size_t at[6][2] = {{0, 0}, {0, 1}, {1, 0}, {2, 0}, {3, 0}, {4, 0}};

@@ -425,7 +425,8 @@ static void plan_free(dstl_restore *p)
     fetch_free(p->fs);
     for (size_t i = 0; p->e && i < p->n; i++) {
         for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) {
-            free(p->e[i].h[k].wh);          /* with its seg_obj and need (restore_map.c) */
+            if (!p->e[i].h[k].borrowed) free(p->e[i].h[k].wh);     /* with its need (restore_map.c) */
+            free(p->e[i].h[k].seg_obj);
             free(p->e[i].h[k].names);
         }
         free(p->e[i].h);
@@ -453,7 +454,7 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
     p->keys = key_source_get(&s->keys);
     pthread_mutex_init(&p->mu, NULL);
     u64map_init(&p->byhash);
-    int rc = (p->e = calloc(n, sizeof *p->e)) ? restore_copy_entries(p, entries)
+    int rc = (p->e = calloc(n, sizeof *p->e)) ? restore_map_entries(p, entries)
                                               : err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     size_t fetched = 0;
     for (size_t o = 0; o < p->nobj; o++) fetched += !p->objs[o].local;
@@ -462,6 +463,8 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
     if (rc == 0 && fetched) rc = restore_name_objects(p);
     if (rc == 0 && fetched) rc = object_spans(p);
     if (rc == 0 && fetched) rc = plan_first_record(p);
+    /* the first record's GETs are on their way: the handles are copied meanwhile */
+    if (rc == 0) rc = restore_pack_entries(p);
     if (rc == 0 && fetched) rc = plan_whole_pieces(p);
     spans_free(&p->sp);
     if (rc == 0 && fetched) rc = plan_indexed(p);
