@@ -19,6 +19,9 @@ typedef struct {
     /* Added to the local wall clock where DSTL reads it (gc's "now" for local files), so a test
      * can show that remote ages are judged on the server's clock, never the local one. */
     int64_t wall_clock_skew_ms;
+    /* Nonzero: a restore plan's fetch gate (fetch_gate) holds the other GETs back this long at
+     * most, instead of 20 ms, so a test can see what opens it. */
+    uint32_t restore_gate_ms;
 } storage_seams;
 
 /* dstl_storage_open with seams (NULL: none, which is dstl_storage_open). */

@@ -30,6 +30,7 @@
 #include "helpers_remote.h"
 #include "payload.h"
 #include "dstl/handle.h"
+#include "dstl/seams.h"
 #include "wire/wire.h"
 
 #define NW 20u
@@ -626,5 +627,104 @@ Test(remote_restore_gate, a_first_section_next_to_its_footer_is_fetched_with_it_
     }
     cr_assert_not_null(first, "the first GET starts at a first piece's section (%llu of %s)", a, path);
     cr_assert_lt(g->footer_offset - (first->offset + first->stored_len), 256u << 10, "that section ends near the footer");
+    for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
+}
+
+/* The plan's bytes fetched once they have stopped growing for half a second (30 s at most). */
+static uint64_t fetched_when_still(dstl_restore *p)
+{
+    dstl_restore_stats st;
+    dstl_restore_get_stats(p, &st);
+    uint64_t last = st.bytes_fetched;
+    for (int still = 0, i = 0; still < 10 && i < 600; i++) {
+        usleep(50000);
+        dstl_restore_get_stats(p, &st);
+        still = st.bytes_fetched == last ? still + 1 : 0;
+        last = st.bytes_fetched;
+    }
+    return last;
+}
+
+Test(remote_restore_gate, the_rest_of_a_restore_waits_for_the_first_record_a_reader_takes)
+{
+    /* The plan's first GETs (a section and its footer) come back first; the reader that parses
+     * that footer and checks the section then needs the cores: a 1,024-writer footer took
+     * 26 ms to parse, not 2, once the restore's bulk GETs (and the server answering them) ran
+     * beside it. So the plan's other GETs wait until a reader has taken a record, or a bound
+     * (20 ms; here a seam makes it a minute, so only the record can end the wait). */
+    dstl_handle *last[NW];
+    write_all(last);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
+    dstl_config *c = t_config(rdir, NULL);
+    t_remote_set_s3(&fx, c);
+    cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
+    storage_seams seams = {.restore_gate_ms = 60000};
+    dstl_storage *s = NULL;
+    cr_assert_eq(storage_open_with_seams(c, &seams, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_restore_entry e[NW];
+    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore_stats st;
+    dstl_restore_get_stats(p, &st);
+    uint64_t before = fetched_when_still(p);
+    cr_assert_gt(before, 0, "the first GETs went out before any reader");
+    cr_assert_lt(before * 4, st.object_bytes, "with no record taken the plan fetched %lu of %lu bytes: more than "
+                 "its first GETs", (unsigned long)before, (unsigned long)st.object_bytes);
+    /* the entry whose first piece the first GETs fetched: its reader takes the first record */
+    pthread_mutex_lock(&G.mu);
+    int gets_before = G.nreq;
+    uint32_t e0 = NW;
+    for (uint32_t i = 0; i < NW && e0 == NW; i++) {
+        const wire_piece *pc = &last[i]->wh->pieces[0];
+        const wire_seg_ref *g = &last[i]->wh->segs[pc->seg];
+        for (int q = 0; q < gets_before && e0 == NW; q++)
+            if (seg_of(last, G.req_path[q]) && !strcmp(seg_of(last, G.req_path[q])->name, g->name) &&
+                G.req_a[q] <= pc->offset && G.req_b[q] + 1 >= pc->offset + pc->stored_len)
+                e0 = i;
+    }
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_lt(e0, NW, "no entry's first section among the %d GETs made before any reader", gets_before);
+
+    dstl_reader *r;
+    dstl_record rec;
+    cr_assert_eq(dstl_restore_reader_open(p, e0, 0, &r), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_reader_next(r, &rec), 1, "%s", dstl_last_error());
+    uint64_t after = fetched_when_still(p);
+    pthread_mutex_lock(&G.mu);
+    int gets_after = G.nreq;
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_geq(after, st.object_bytes * 9 / 10, "after the first record the plan fetched %lu of %lu bytes "
+                  "(%d GETs, %d before it)", (unsigned long)after, (unsigned long)st.object_bytes, gets_after,
+                  gets_before);
+    uint64_t k = 1;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) k++;
+    cr_assert_eq(rc, 0, "%s", dstl_last_error());
+    cr_assert_eq(k, (uint64_t)ROUNDS * PER_ROUND);
+    dstl_reader_close(r);
+    for (uint32_t i = 0; i < NW; i++) {
+        if (i == e0) continue;
+        cr_assert_eq(dstl_restore_reader_open(p, i, 0, &r), 0, "%s", dstl_last_error());
+        for (k = 0; (rc = dstl_reader_next(r, &rec)) == 1;) k++;
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        cr_assert_eq(k, (uint64_t)ROUNDS * PER_ROUND, "writer %u", i);
+        dstl_reader_close(r);
+    }
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    /* without a reader the gate opens by itself at its bound (20 ms by default) */
+    s = open_through_gate();
+    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore_get_stats(p, &st);
+    after = fetched_when_still(p);
+    cr_assert_geq(after, st.object_bytes * 9 / 10, "no reader: the plan fetched %lu of %lu bytes",
+                  (unsigned long)after, (unsigned long)st.object_bytes);
+    read_entries(p, NW, (uint64_t)ROUNDS * PER_ROUND);
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }

@@ -49,6 +49,10 @@
 /* How long extents marked first may hold back the others before they are complete: longer
  * than a small GET takes (a few ms), short beside a restore. */
 #define FETCH_FIRST_HOLD_MS 50u
+/* How long a closed gate (fetch_gate) holds the other extents back once the first ones are
+ * complete: longer than a reader takes to parse the footer of a 1,024-writer segment
+ * (~250 KB, 2 ms on an idle core) and check its first section, short beside a restore. */
+#define FETCH_GATE_MS 20u
 #include "dstl/read/fetch_int.h"
 
 
@@ -265,8 +269,11 @@ static void unstick(fetch_set *f)
  * in flight, not complete, for less than FETCH_FIRST_HOLD_MS. A server (RGW) may read a GET's
  * whole range before it sends its first byte, and serves a burst of requests in about the
  * order they came: the small first GETs are answered a round trip after they were sent, not
- * after the bodies of GETs sent with them. Under mu. */
-static int first_pending(const fetch_set *f, uint64_t now)
+ * after the bodies of GETs sent with them. Then, while the gate is closed (fetch_gate), for
+ * FETCH_GATE_MS more. Under mu. */
+static uint64_t gate_ms(const fetch_set *f) { return f->o.gate_ms ? f->o.gate_ms : FETCH_GATE_MS; }
+
+static int first_pending(fetch_set *f, uint64_t now)
 {
     for (size_t i = 0; i < f->nobj; i++)
         for (size_t k = 0; f->objs[i].nfirst && k < f->objs[i].next; k++) {
@@ -275,7 +282,28 @@ static int first_pending(const fetch_set *f, uint64_t now)
                              (x->state == X_FETCHING && now - x->started_ms < FETCH_FIRST_HOLD_MS)))
                 return 1;
         }
+    if (!f->gate) return 0;
+    if (!f->gate_since_ms) f->gate_since_ms = now;
+    if (now - f->gate_since_ms < gate_ms(f)) return 1;
+    f->gate = 0;
     return 0;
+}
+
+void fetch_gate(fetch_set *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate = 1;
+    f->gate_since_ms = 0;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fetch_gate_open(fetch_set *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int was = f->gate;
+    f->gate = 0;
+    pthread_mutex_unlock(&f->mu);
+    if (was) s3_client_wakeup(f->o.cli);
 }
 
 /* Starts GETs while slots and budget allow (others wait while first_pending). Under mu. */
@@ -325,8 +353,13 @@ static void *fetch_thread(void *arg)
     pthread_mutex_lock(&f->mu);
     while (!f->stop) {
         admit(f);
+        int tick = FETCH_TICK_MS;
+        if (f->gate && f->gate_since_ms) {     /* a closed gate opens on time, not at the next tick */
+            uint64_t now = now_ms(), due = f->gate_since_ms + gate_ms(f);
+            tick = due > now ? (int)(due - now < FETCH_TICK_MS ? due - now : FETCH_TICK_MS) : 0;
+        }
         pthread_mutex_unlock(&f->mu);
-        int n = s3_client_run(f->o.cli, NULL, 0, FETCH_TICK_MS);
+        int n = s3_client_run(f->o.cli, NULL, 0, tick);
         s3_stats cs;
         s3_client_stats(f->o.cli, &cs);
         pthread_mutex_lock(&f->mu);

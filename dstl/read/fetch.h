@@ -20,7 +20,8 @@
  *            its own, fetched before every other extent (the restore plan's first objects: their
  *            footers, and the first section a reader needs, arrive before the rest); the
  *            other extents start once those are complete, or 50 ms (FETCH_FIRST_HOLD_MS) after they
- *            started (a server may read a GET's whole range before its first byte). A small
+ *            started (a server may read a GET's whole range before its first byte), and, when
+ *            the plan closed the gate (fetch_gate), once it opens it or 20 ms later. A small
  *            object's marks make the whole object that extent.
  *   holding  an extent's bytes stay in memory while it has uses; the last release frees them
  *            (a failed GET's too: what it had handed over stays valid for those holding uses).
@@ -67,6 +68,7 @@ typedef struct {
     uint64_t budget_bytes;      /* bytes held plus in flight at most; 0: nothing is fetched ahead */
     unsigned max_gets;          /* GETs in flight at most; 0: 8 */
     uint32_t merge_gap_bytes;   /* ranges closer than this are fetched as one */
+    uint32_t gate_ms;           /* fetch_gate's bound; 0: FETCH_GATE_MS */
     /* Optional: asked before an extent's bytes are admitted (1 yes, 0 no), told when they are
      * freed; lets another user of the same bound (the reader cache) share it. */
     int (*reserve)(void *ctx, uint64_t bytes);
@@ -110,6 +112,14 @@ int fetch_commit(fetch_set *f, uint32_t id);
  * Before fetch_commit; at most two per object. 0, or -EINVAL (outside the object, empty, a
  * third range). */
 int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
+/* Closes the set's gate: once the extents marked first are complete, the others still wait,
+ * until fetch_gate_open or FETCH_GATE_MS (20 ms; fetch_opts.gate_ms) later: the reader of the first bytes parses
+ * and checks them with the cores to itself (a restore's bulk GETs and the server answering
+ * them took both cores of the machine here, and a 210 KB footer took 26 ms to parse instead
+ * of 2). */
+void fetch_gate(fetch_set *f);
+/* Opens the gate (any thread; again is fine). */
+void fetch_gate_open(fetch_set *f);
 /* Object id's ranges are whole sections (and its footer) of readers of all their key groups:
  * its gaps are other writers' sections, and any below FETCH_SECTION_GAP_BYTES is read through,
  * whatever its share (not only below the merge gap, within 1/FETCH_GAP_SHARE_DEN). Before

@@ -130,6 +130,7 @@ struct dstl_reader {
     const wire_handle *wh;          /* own_wh, or a plan's copy (valid until the reader closes) */
     wire_handle *own_wh;
     dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
+    int took_one;                   /* it has returned a record (restore_first_record told) */
     size_t pe, ph;
     uint64_t own_requests, own_bytes, plan_declined;   /* for the plan's counters */
     uint32_t kg_first, kg_last;
@@ -727,6 +728,10 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         if (rc == 1) {
             j->next_seq = wr.seq + 1;
             *rec = (dstl_record){wr.seq, wr.key_group, wr.is_meta, wr.data, wr.len};
+            if (r->plan && !r->took_one) {
+                r->took_one = 1;
+                restore_first_record(r->plan);
+            }
             return 1;
         }
         if (rc < 0) {

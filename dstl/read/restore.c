@@ -154,7 +154,8 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
 
 /* The first record, as soon as a round trip and a section's transfer allow: before anything
  * else is planned, one piece gets extents of its own, fetched before all others (fetch_first;
- * the others start once these are complete): its segment's footer and its section, widened
+ * the others start once these are complete and a reader has taken a record, or 20 ms later:
+ * fetch_gate, restore_first_record): its segment's footer and its section, widened
  * to the object's start when within RESTORE_FIRST_EDGE_BYTES of it (no GET of a sliver) and
  * to the footer when within RESTORE_FIRST_PAIR_BYTES (one GET with it); or one GET from the section
  * to the object's end, when the budget allows one extra GET only; or, in a small object
@@ -321,6 +322,7 @@ static int plan_first_record(dstl_restore *p)
     p->early_len[0] = g->object_len - g->footer_offset;
     p->early_off[1] = best.pc->offset;
     p->early_len[1] = best.pc->stored_len;
+    fetch_gate(p->fs);          /* opened by the first record a reader takes (restore_first_record) */
     int rc = fetch_first(p->fs, po->fid, best.a, best.b - best.a);
     if (rc == 0 && best.b < g->object_len)
         rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
@@ -415,6 +417,7 @@ static int start_fetching(dstl_restore *p)
     read_cache *c = cache_get(p->s);
     fetch_opts fo = {.cli = cli, .budget_bytes = p->s->conf.cache_max_size_bytes,
                      .max_gets = p->s->conf.recovery_connections, .merge_gap_bytes = SEGREAD_MERGE_GAP_BYTES,
+                     .gate_ms = p->s->seams.restore_gate_ms,
                      .reserve = c ? cache_reserve_hook : NULL, .unreserve = c ? cache_unreserve_hook : NULL,
                      .reserve_ctx = c};
     return fetch_new(&fo, &p->fs);
@@ -591,6 +594,11 @@ static int index_load(dstl_restore *p, plan_obj *o)
                            msg, sizeof msg) == 0 ? 1 : -1;
     free(buf);
     return rc == 1 ? IX_PARSED : rc < 0 ? IX_FAILED : IX_NONE;
+}
+
+void restore_first_record(dstl_restore *p)
+{
+    if (!atomic_exchange_explicit(&p->first_out, 1, memory_order_relaxed) && p->fs) fetch_gate_open(p->fs);
 }
 
 const wire_index *restore_index(dstl_restore *p, int64_t obj)

@@ -42,6 +42,10 @@ int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const
  * Blocking (the first call per object waits for the footer). */
 const wire_index *restore_index(dstl_restore *p, int64_t obj);
 
+/* A reader of the plan took its first record: the fetches held back for it go (fetch_gate).
+ * Any thread; only the first call does anything. */
+void restore_first_record(dstl_restore *p);
+
 /* The reader of (entry, handle) is done with every piece below piece_end: the plan drops
  * their bytes' uses. */
 void restore_pieces_done(dstl_restore *p, size_t entry, size_t handle, size_t piece_end);

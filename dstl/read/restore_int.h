@@ -92,6 +92,7 @@ struct dstl_restore {
     uint64_t early_off[2], early_len[2];        /* own uses of it, dropped when planning ends */
     size_t early_extra;         /* the GETs its first extents add */
     size_t extra_budget;        /* extra_gets */
+    _Atomic int first_out;      /* a reader took its first record (restore_first_record) */
     plan_spans sp;              /* while planning */
 };
 
