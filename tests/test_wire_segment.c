@@ -804,6 +804,113 @@ Test(wire_segment, rejects_forged_footers)
     mseg_free(&m);
 }
 
+/* A segment whose footer is raw[0, rn) (the original's bytes, edited), with valid CRCs. */
+static uint8_t *reseal_raw(const wire_segment_out *out, const uint8_t *raw, size_t rn, size_t *len)
+{
+    Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, out->footer_len, out->buf + out->footer_offset);
+    cr_assert_not_null(f);
+    size_t n;
+    uint8_t *b = reseal(out, f, &n);            /* the trailer's template */
+    dstl__segment_footer__free_unpacked(f, NULL);
+    uint8_t *r = malloc(out->footer_offset + rn + 32);
+    memcpy(r, b, out->footer_offset);
+    memcpy(r + out->footer_offset, raw, rn);
+    uint8_t *t = r + out->footer_offset + rn;
+    memcpy(t, b + n - 32, 32);
+    free(b);
+    uint32_t fl = (uint32_t)rn, fcrc = wire_crc32c(0, raw, rn);
+    memcpy(t + 16, &fl, 4);
+    memcpy(t + 20, &fcrc, 4);
+    uint32_t tcrc = wire_crc32c(0, t + 4, 28);
+    memcpy(t, &tcrc, 4);
+    *len = out->footer_offset + rn + 32;
+    return r;
+}
+
+/* The footer is protobuf, read as protobuf defines it (wire/footer_dec.c reads it in place):
+ * fields a newer writer adds, of any wire type and at any level, are skipped; a scalar's last
+ * occurrence wins; and what is not protobuf is refused: truncated varints and lengths, groups,
+ * field number 0, and a known field of another wire type than the schema's. */
+Test(wire_segment, footers_read_as_protobuf_defines_them)
+{
+    mseg m = {0};
+    sample_model(&m);
+    wire_seg_opts o = sample_opts(WIRE_COMP_NONE);
+    wire_segment_out out;
+    encode_ok(&m, &o, &out);
+    const uint8_t *fb = out.buf + out.footer_offset;
+    size_t fn = out.footer_len;
+    /* a newer writer's fields in a section and a run (protobuf-c packs unknown fields) */
+    Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, fn, fb);
+    cr_assert_not_null(f);
+    uint8_t lp[4] = {3, 'a', 'b', 'c'}, i32[4] = {1, 2, 3, 4};   /* what follows the key, as packed */
+    ProtobufCMessageUnknownField uk[2] = {{.tag = 90, .wire_type = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, .len = 4, .data = lp},
+                                          {.tag = 91, .wire_type = PROTOBUF_C_WIRE_TYPE_32BIT, .len = 4, .data = i32}};
+    f->sections[0]->base.n_unknown_fields = 2;
+    f->sections[0]->base.unknown_fields = uk;
+    f->sections[1]->runs[0]->base.n_unknown_fields = 1;
+    f->sections[1]->runs[0]->base.unknown_fields = uk;
+    size_t n;
+    uint8_t *b = reseal(&out, f, &n);
+    f->sections[0]->base.n_unknown_fields = 0;
+    f->sections[0]->base.unknown_fields = NULL;
+    f->sections[1]->runs[0]->base.n_unknown_fields = 0;
+    f->sections[1]->runs[0]->base.unknown_fields = NULL;
+    dstl__segment_footer__free_unpacked(f, NULL);
+    cr_assert_eq(read_all(b, n, &m), 0, "unknown fields in a section and a run");
+    free(b);
+
+    /* at the footer's level, appended to its bytes: each case is the original, then these */
+    static const struct {
+        const char *what;
+        uint8_t bytes[16];
+        size_t n;
+        int ok;
+    } cases[] = {
+        {"an unknown varint field", {0xa0, 0x06, 0x05}, 3, 1},
+        {"an unknown 64-bit field", {0xa9, 0x06, 1, 2, 3, 4, 5, 6, 7, 8}, 10, 1},
+        {"an unknown length-delimited field", {0xb2, 0x06, 3, 'a', 'b', 'c'}, 6, 1},
+        {"an unknown 32-bit field", {0xbd, 0x06, 1, 2, 3, 4}, 6, 1},
+        {"the format version again (the last wins)", {0x08, 0x01}, 2, 1},
+        {"another format version last", {0x08, 0x02}, 2, 0},
+        {"a truncated varint", {0xa0, 0x06, 0x80}, 3, 0},
+        {"a varint of eleven bytes", {0xa0, 0x06, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}, 13, 0},
+        {"a length past the end", {0xb2, 0x06, 100, 'a'}, 4, 0},
+        {"a group", {0xa3, 0x06}, 2, 0},
+        {"field number 0", {0x00, 0x01}, 2, 0},
+        {"the segment number as bytes", {0x1a, 0x01, 0x2a}, 3, 0},
+        {"a section as a varint", {0x28, 0x01}, 2, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        uint8_t *raw = malloc(fn + cases[c].n);
+        memcpy(raw, fb, fn);
+        memcpy(raw + fn, cases[c].bytes, cases[c].n);
+        b = reseal_raw(&out, raw, fn + cases[c].n, &n);
+        free(raw);
+        if (cases[c].ok) {
+            cr_assert_eq(read_all(b, n, &m), 0, "%s: refused", cases[c].what);
+        } else {
+            wire_index *ix;
+            wire_err err = {{0}};
+            int rc = wire_segment_open(b, n, &ix, &err);
+            cr_assert_eq(rc, DSTL_ECORRUPT, "%s: accepted (%d)", cases[c].what, rc);
+            cr_assert(strstr(err.msg, "segment offset"), "%s: %s", cases[c].what, err.msg);
+        }
+        free(b);
+    }
+    /* the segment number first with another value: the footer's own, later, wins */
+    uint8_t *raw = malloc(fn + 2);
+    raw[0] = 0x18;
+    raw[1] = 0x63;
+    memcpy(raw + 2, fb, fn);
+    b = reseal_raw(&out, raw, fn + 2, &n);
+    free(raw);
+    cr_assert_eq(read_all(b, n, &m), 0, "an earlier segment number is overridden by the later one");
+    free(b);
+    wire_segment_out_free(&out);
+    mseg_free(&m);
+}
+
 /* A one-section segment around a hand-made raw body with valid CRCs everywhere. */
 static uint8_t *forge(const uint8_t *body, size_t blen, uint64_t count, uint64_t nrec, size_t *len,
                       int two_runs, size_t split)

@@ -12,11 +12,11 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "wire/dstl.pb-c.h"
 #include "wire/wire_int.h"
 
 struct wire_index {
-    Dstl__SegmentFooter *pb;     /* owns the strings the infos point to */
+    char *names;                 /* the run id, then the writer ids the infos point to */
+    uint64_t segment_no, created_ms;
     wire_section_info *secs;
     wire_kg_run *runs;
     size_t nsecs;
@@ -61,78 +61,79 @@ int wire_trailer_parse(const void *trailer, size_t len, uint64_t object_len,
     return 0;
 }
 
-/* Checks one section's key-group runs and fills their wire_kg_run copies. */
-static int check_runs(const Dstl__Section *s, size_t i, int sealed, wire_kg_run *runs, wire_err *err)
+/* Checks one section's key-group runs (read from its message) and fills their wire_kg_run
+ * copies. */
+static int check_runs(const fpb_section *s, size_t i, const char *wid, int sealed, wire_kg_run *runs,
+                      wire_err *err)
 {
     /* A sealed uncompressed section has a tag per run; nothing else has run tags. */
-    size_t want_tag = sealed && s->compression == DSTL__COMPRESSION__COMPRESSION_NONE ? 16 : 0;
+    size_t want_tag = sealed && s->compression == WIRE_COMP_NONE ? 16 : 0;
     uint64_t off = 0, count = 0;
-    int have_data = 0;
-    uint32_t prev_kg = 0;
-    for (size_t r = 0; r < s->n_runs; r++) {
-        const Dstl__KeyGroupRun *k = s->runs[r];
+    int have_data = 0, rc;
+    uint32_t prev_kg = 0, first_kg = 0;
+    const uint8_t *p = s->msg, *end = s->msg + s->msg_len;
+    fpb_run k;
+    for (size_t r = 0; (rc = footer_next_run(&p, end, &k)) == 1; r++) {
         const char *bad = NULL;
-        if (k->offset != off) bad = "does not start where the previous run ends";
-        else if (k->len > s->raw_len - off) bad = "runs past the raw length";
-        else if (k->count == 0 || k->count > k->len / 2) bad = "has an implausible record count";
-        else if (k->is_meta && (r != s->n_runs - 1 || k->key_group != 0)) bad = "is a misplaced meta run";
-        else if (!k->is_meta && have_data && k->key_group <= prev_kg) bad = "is out of key-group order";
-        else if (k->tag.len != want_tag) bad = want_tag ? "has no authentication tag" : "has an unexpected tag";
+        if (k.offset != off) bad = "does not start where the previous run ends";
+        else if (k.len > s->raw_len - off) bad = "runs past the raw length";
+        else if (k.count == 0 || k.count > k.len / 2) bad = "has an implausible record count";
+        else if (k.is_meta && (r != s->nruns - 1 || k.key_group != 0)) bad = "is a misplaced meta run";
+        else if (!k.is_meta && have_data && k.key_group <= prev_kg) bad = "is out of key-group order";
+        else if (k.tag_len != want_tag) bad = want_tag ? "has no authentication tag" : "has an unexpected tag";
         if (bad)
             return wire_fail(err, DSTL_ECORRUPT,
                              "footer section %zu (%s) at segment offset %llu: run %zu (kg %u, raw offset %llu) %s",
-                             i, s->writer_id, ULL(s->offset), r, k->key_group, ULL(k->offset), bad);
-        if (!k->is_meta) {
+                             i, wid, ULL(s->offset), r, k.key_group, ULL(k.offset), bad);
+        if (!k.is_meta) {
+            if (!have_data) first_kg = k.key_group;
             have_data = 1;
-            prev_kg = k->key_group;
+            prev_kg = k.key_group;
         }
-        off += k->len;
-        count += k->count;
-        runs[r] = (wire_kg_run){.key_group = k->key_group, .is_meta = k->is_meta, .offset = k->offset,
-                                .len = k->len, .count = k->count, .crc = k->crc32c};
-        if (want_tag) memcpy(runs[r].tag, k->tag.data, 16);
+        off += k.len;
+        count += k.count;
+        runs[r] = (wire_kg_run){.key_group = k.key_group, .is_meta = k.is_meta, .offset = k.offset,
+                                .len = k.len, .count = k.count, .crc = k.crc};
+        if (want_tag) memcpy(runs[r].tag, k.tag, 16);
     }
     const char *bad = NULL;
-    if (off != s->raw_len) bad = "runs do not cover the raw length";
+    if (rc < 0) bad = "runs do not parse";      /* not reached: the head pass read the same bytes */
+    else if (off != s->raw_len) bad = "runs do not cover the raw length";
     else if (count != s->record_count) bad = "run counts do not add up to the record count";
     else if (s->data_bytes > s->raw_len - 2 * count) bad = "data bytes exceed the raw body";
-    else if (have_data ? (s->runs[0]->key_group != s->kg_first || prev_kg != s->kg_last)
-                       : s->kg_first <= s->kg_last)
+    else if (have_data ? (first_kg != s->kg_first || prev_kg != s->kg_last) : s->kg_first <= s->kg_last)
         bad = "key-group range does not match its runs";
     if (bad)
-        return wire_fail(err, DSTL_ECORRUPT, "footer section %zu (%s) at segment offset %llu: %s", i,
-                         s->writer_id, ULL(s->offset), bad);
+        return wire_fail(err, DSTL_ECORRUPT, "footer section %zu (%s) at segment offset %llu: %s", i, wid,
+                         ULL(s->offset), bad);
     return 0;
 }
 
 /* Checks one section's fields against the segment; *pos is where it must start. */
-static int check_section(const Dstl__Section *s, size_t i, int sealed, uint64_t *pos, uint64_t footer_offset,
+static int check_section(const fpb_section *s, size_t i, int sealed, uint64_t *pos, uint64_t footer_offset,
                          wire_err *err)
 {
     const char *bad = NULL;
-    int compressed = s->compression != DSTL__COMPRESSION__COMPRESSION_NONE;
-    if (!s->writer_id[0]) bad = "empty writer id";
+    int compressed = s->compression != WIRE_COMP_NONE;
+    if (!s->writer_id_len) bad = "empty writer id";
     else if (s->offset != *pos) bad = "does not start where the previous section ends";
     else if (s->stored_len == 0 || s->stored_len > footer_offset - *pos) bad = "stored bytes run past the footer";
     else if (s->seq_end <= s->seq_first || s->record_count != s->seq_end - s->seq_first)
         bad = "seq range does not match the record count";
-    else if (s->key_id[0] || s->nonce.len)
+    else if (s->key_id_len || s->nonce_len)
         bad = "sets the unused key id or nonce fields";
-    else if (!sealed && (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_NONE || s->tag.len))
+    else if (!sealed && (s->encryption != FOOTER_ENC_NONE || s->tag_len))
         bad = "is encrypted in a plain segment (no key block)";
-    else if (sealed && (s->encryption != DSTL__ENCRYPTION__ENCRYPTION_AES_256_GCM ||
-                        s->tag.len != (compressed ? 16u : 0u)))
+    else if (sealed && (s->encryption != FOOTER_ENC_AES_256_GCM || s->tag_len != (compressed ? 16u : 0u)))
         bad = "is not sealed as its encrypted segment requires";
-    else if (sealed && strlen(s->writer_id) > SEAL_WRITER_ID_MAX)
+    else if (sealed && s->writer_id_len > SEAL_WRITER_ID_MAX)
         bad = "has a writer id too long to be sealed";
-    else if (s->compression == DSTL__COMPRESSION__COMPRESSION_NONE ? s->raw_len != s->stored_len
-             : (s->compression != DSTL__COMPRESSION__COMPRESSION_LZ4 &&
-                s->compression != DSTL__COMPRESSION__COMPRESSION_ZSTD))
+    else if (s->compression == WIRE_COMP_NONE ? s->raw_len != s->stored_len
+             : (s->compression != WIRE_COMP_LZ4 && s->compression != WIRE_COMP_ZSTD))
         bad = "has an unknown compression or a raw length != stored length";
-    else if (s->compression != DSTL__COMPRESSION__COMPRESSION_NONE &&
-             !wire_codec_ratio_ok(s->compression, s->stored_len, s->raw_len))
+    else if (compressed && !wire_codec_ratio_ok((int)s->compression, s->stored_len, s->raw_len))
         bad = "has an implausible raw length for its compressed size";
-    else if (s->n_runs == 0 || s->record_count > s->raw_len / 2) bad = "has no runs or too many records";
+    else if (s->nruns == 0 || s->record_count > s->raw_len / 2) bad = "has no runs or too many records";
     if (bad)
         return wire_fail(err, DSTL_ECORRUPT, "footer section %zu at segment offset %llu: %s", i,
                          ULL(s->offset), bad);
@@ -140,67 +141,84 @@ static int check_section(const Dstl__Section *s, size_t i, int sealed, uint64_t 
     return 0;
 }
 
-/* An encrypted footer: the key block, then the sealed protobuf. Opens the data key, checks
- * the footer's tag and unpacks the plaintext; the key block's ids must match the footer's. */
+/* An encrypted footer: the key block, then the sealed protobuf. Opens the data key and checks
+ * the footer's tag: *plain (malloc'd) is the protobuf, *n its length. */
 static int open_sealed(const uint8_t *footer, size_t len, const seal_block *b, const wire_keyring *keys,
-                       uint64_t footer_offset, wire_index *ix, Dstl__SegmentFooter **f, wire_err *err)
+                       uint64_t footer_offset, wire_index *ix, uint8_t **plain, size_t *n, wire_err *err)
 {
     int rc = seal_resume(footer, b, keys, &ix->seal, err, footer_offset);
     if (rc < 0) return rc;
-    size_t n = len - b->len;
-    uint8_t *pb = malloc(n ? n : 1), block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
+    *n = len - b->len;
+    uint8_t *pb = malloc(*n ? *n : 1), block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
     if (!pb) return -ENOMEM;
-    memcpy(pb, footer + b->len, n);
+    memcpy(pb, footer + b->len, *n);
     memcpy(block, footer, b->len);
-    rc = seal_footer(ix->seal, 1, block, b->len, pb, n);
+    rc = seal_footer(ix->seal, 1, block, b->len, pb, *n);
     if (rc == DSTL_ECRYPTO)
         rc = wire_fail(err, rc, "segment offset %llu: footer authentication failed (key id '%s'): damaged or "
                        "altered", ULL(footer_offset + b->len), b->key_id);
-    if (rc == 0 && !(*f = dstl__segment_footer__unpack(NULL, n, pb)))
-        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sealed footer does not parse as protobuf",
-                       ULL(footer_offset + b->len));
-    free(pb);
-    if (rc == 0 && ((*f)->segment_no != b->segment_no || strcmp((*f)->run_id, b->run_id) != 0))
-        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: key block names run %s segment %llu, the "
-                       "footer run %s segment %llu", ULL(footer_offset), b->run_id, ULL(b->segment_no),
-                       (*f)->run_id, ULL((*f)->segment_no));
-    return rc;
+    if (rc < 0) {
+        free(pb);
+        return rc;
+    }
+    *plain = pb;
+    return 0;
 }
 
-/* Checks the parsed footer's sections and builds the index's infos. */
-static int index_build(wire_index *ix, uint64_t footer_offset, wire_err *err)
+/* A run id from the footer in an error message: at most 64 bytes of it. */
+#define RUN_ID_SHOWN(h) (int)((h)->run_id_len < 64 ? (h)->run_id_len : 64), (const char *)(h)->run_id
+
+/* Reads the footer protobuf m[0, n) (the plaintext of a sealed one, at segment offset pb_at,
+ * its key block b), checks its sections and builds the index's infos and names. */
+static int index_build(wire_index *ix, const uint8_t *m, size_t n, uint64_t footer_offset, uint64_t pb_at,
+                       const seal_block *b, wire_err *err)
 {
-    Dstl__SegmentFooter *f = ix->pb;
-    int sealed = ix->seal != NULL;
-    if (f->format_version != WIRE_VERSION || !f->run_id[0] || f->n_sections == 0)
-        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer version %u, run id '%s', %zu sections",
-                         ULL(footer_offset), f->format_version, f->run_id, f->n_sections);
-    size_t nruns = 0;
+    int sealed = ix->seal != NULL, rc;
+    fpb_head h;
+    if (footer_read_head(m, n, &h) < 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: %sfooter does not parse as protobuf", ULL(pb_at),
+                         sealed ? "sealed " : "");
+    if (b && (h.segment_no != b->segment_no || h.run_id_len != strlen(b->run_id) ||
+              memcmp(h.run_id, b->run_id, h.run_id_len) != 0))
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: key block names run %s segment %llu, the "
+                         "footer run %.*s segment %llu", ULL(footer_offset), b->run_id, ULL(b->segment_no),
+                         RUN_ID_SHOWN(&h), ULL(h.segment_no));
+    if (h.format_version != WIRE_VERSION || !h.run_id_len || h.nsections == 0)
+        return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer version %u, run id '%.*s', %zu sections",
+                         ULL(footer_offset), h.format_version, RUN_ID_SHOWN(&h), h.nsections);
     uint64_t pos = WIRE_SEG_HEADER_LEN;
-    int rc;
-    for (size_t i = 0; i < f->n_sections; i++) {
-        if ((rc = check_section(f->sections[i], i, sealed, &pos, footer_offset, err)) < 0) return rc;
-        nruns += f->sections[i]->n_runs;
-    }
+    const uint8_t *p = m, *end = m + n;
+    fpb_section s;
+    for (size_t i = 0; footer_next_section(&p, end, &s) == 1; i++)
+        if ((rc = check_section(&s, i, sealed, &pos, footer_offset, err)) < 0) return rc;
     if (pos != footer_offset)
         return wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: sections end at %llu, not at the footer",
                          ULL(footer_offset), ULL(pos));
-    ix->secs = calloc(f->n_sections, sizeof *ix->secs);
-    ix->runs = calloc(nruns, sizeof *ix->runs);
-    if (!ix->secs || !ix->runs) return -ENOMEM;
-    ix->nsecs = f->n_sections;
+    ix->secs = calloc(h.nsections, sizeof *ix->secs);
+    ix->runs = calloc(h.nruns, sizeof *ix->runs);
+    ix->names = malloc(h.name_bytes);
+    if (!ix->secs || !ix->runs || !ix->names) return -ENOMEM;
+    ix->segment_no = h.segment_no;
+    ix->created_ms = h.created_ms;
+    char *at = ix->names;
+    memcpy(at, h.run_id, h.run_id_len);
+    at[h.run_id_len] = 0;
+    at += h.run_id_len + 1;
     wire_kg_run *runs = ix->runs;
-    for (size_t i = 0; i < f->n_sections; i++) {
-        const Dstl__Section *s = f->sections[i];
-        if ((rc = check_runs(s, i, sealed, runs, err)) < 0) return rc;
+    p = m;
+    for (size_t i = 0; footer_next_section(&p, end, &s) == 1; i++) {
+        char *wid = memcpy(at, s.writer_id, s.writer_id_len);
+        wid[s.writer_id_len] = 0;
+        at += s.writer_id_len + 1;
+        if ((rc = check_runs(&s, i, wid, sealed, runs, err)) < 0) return rc;
         ix->secs[i] = (wire_section_info){
-            .writer_id = s->writer_id, .seq_first = s->seq_first, .seq_end = s->seq_end,
-            .nrec = s->record_count, .data_bytes = s->data_bytes, .kg_first = s->kg_first,
-            .kg_last = s->kg_last, .offset = s->offset, .stored_len = s->stored_len,
-            .raw_len = s->raw_len, .crc = s->crc32c, .compression = (int)s->compression,
-            .runs = runs, .nruns = s->n_runs, .index = (uint32_t)i, .seal = ix->seal};
-        if (s->tag.len == 16) memcpy(ix->secs[i].tag, s->tag.data, 16);
-        runs += s->n_runs;
+            .writer_id = wid, .seq_first = s.seq_first, .seq_end = s.seq_end, .nrec = s.record_count,
+            .data_bytes = s.data_bytes, .kg_first = s.kg_first, .kg_last = s.kg_last, .offset = s.offset,
+            .stored_len = s.stored_len, .raw_len = s.raw_len, .crc = s.crc, .compression = (int)s.compression,
+            .runs = runs, .nruns = s.nruns, .index = (uint32_t)i, .seal = ix->seal};
+        if (s.tag_len == 16) memcpy(ix->secs[i].tag, s.tag, 16);
+        runs += s.nruns;
+        ix->nsecs = i + 1;
     }
     return 0;
 }
@@ -226,13 +244,13 @@ int wire_index_parse_keyed(const void *footer, size_t len, uint32_t footer_crc, 
                          ULL(footer_offset));
     wire_index *ix = calloc(1, sizeof *ix);
     if (!ix) return wire_fail(err, -ENOMEM, "footer parse: out of memory");
-    int rc = 0;
-    if (sealed)
-        rc = open_sealed(footer, len, &b, keys, footer_offset, ix, &ix->pb, err);
-    else if (!(ix->pb = dstl__segment_footer__unpack(NULL, len, footer)))
-        rc = wire_fail(err, DSTL_ECORRUPT, "segment offset %llu: footer does not parse as protobuf",
-                       ULL(footer_offset));
-    if (rc == 0) rc = index_build(ix, footer_offset, err);
+    uint8_t *plain = NULL;
+    size_t n = len;
+    int rc = sealed ? open_sealed(footer, len, &b, keys, footer_offset, ix, &plain, &n, err) : 0;
+    if (rc == 0)
+        rc = index_build(ix, sealed ? plain : footer, n, footer_offset, footer_offset + (sealed ? b.len : 0),
+                         sealed ? &b : NULL, err);
+    free(plain);
     if (rc < 0) {
         if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "footer parse: out of memory");
         wire_index_free(ix);
@@ -251,7 +269,7 @@ int wire_index_parse(const void *footer, size_t len, uint32_t footer_crc, uint64
 void wire_index_free(wire_index *ix)
 {
     if (!ix) return;
-    if (ix->pb) dstl__segment_footer__free_unpacked(ix->pb, NULL);
+    free(ix->names);
     seal_free(ix->seal);
     free(ix->secs);
     free(ix->runs);
@@ -259,9 +277,9 @@ void wire_index_free(wire_index *ix)
 }
 
 const char *wire_index_key_id(const wire_index *ix) { return ix->seal ? seal_key_id(ix->seal) : NULL; }
-const char *wire_index_run_id(const wire_index *ix) { return ix->pb->run_id; }
-uint64_t wire_index_segment_no(const wire_index *ix) { return ix->pb->segment_no; }
-uint64_t wire_index_created_ms(const wire_index *ix) { return ix->pb->created_ms; }
+const char *wire_index_run_id(const wire_index *ix) { return ix->names; }
+uint64_t wire_index_segment_no(const wire_index *ix) { return ix->segment_no; }
+uint64_t wire_index_created_ms(const wire_index *ix) { return ix->created_ms; }
 size_t wire_index_nsections(const wire_index *ix) { return ix->nsecs; }
 const wire_section_info *wire_index_section(const wire_index *ix, size_t i)
 {
@@ -303,7 +321,7 @@ int wire_segment_open_keyed(const void *buf, size_t len, const wire_keyring *key
     unsigned tflags = wire_le16(b + len - WIRE_SEG_TRAILER_LEN + 6);
     wire_index *ix;
     if ((rc = wire_index_parse_keyed(b + foff, flen, fcrc, foff, len, keys, &ix, err)) < 0) return rc;
-    uint64_t footer_no = ix->pb->segment_no;
+    uint64_t footer_no = ix->segment_no;
     unsigned want = ix->seal ? WIRE_SEG_FLAG_SEALED : 0;
     if (footer_no != segment_no || flags != want || tflags != want) {
         wire_index_free(ix);

@@ -163,4 +163,44 @@ int seal_footer(wire_seal *s, int open, uint8_t *block, size_t block_len, uint8_
 const char *seal_key_id(const wire_seal *s);
 void seal_free(wire_seal *s);
 
+/* ---- footer_dec.c: a footer's protobuf read in place (pointers into the footer bytes) ---- */
+enum { FOOTER_ENC_NONE = 0, FOOTER_ENC_AES_256_GCM = 1 };   /* dstl.proto's Encryption */
+typedef struct {
+    uint32_t format_version;
+    const uint8_t *run_id;
+    size_t run_id_len;
+    uint64_t segment_no, created_ms;
+    size_t nsections, nruns;
+    size_t name_bytes;          /* the writer ids and the run id, each with a NUL */
+} fpb_head;
+
+typedef struct {
+    const uint8_t *writer_id;
+    size_t writer_id_len;
+    uint64_t seq_first, seq_end, record_count, data_bytes, offset, stored_len, raw_len;
+    uint32_t kg_first, kg_last, crc, compression, encryption;
+    size_t key_id_len, nonce_len;   /* unused fields: only their presence is checked */
+    const uint8_t *tag;
+    size_t tag_len;
+    const uint8_t *msg;         /* the Section message: footer_next_run walks its runs */
+    size_t msg_len;
+    size_t nruns;
+} fpb_section;
+
+typedef struct {
+    uint32_t key_group, crc;
+    int is_meta;
+    uint64_t offset, len, count;
+    const uint8_t *tag;
+    size_t tag_len;
+} fpb_run;
+
+/* The footer's own fields and the shape of its sections (counts, name bytes). 0, or -1 when
+ * the bytes are not a well-formed SegmentFooter. */
+int footer_read_head(const uint8_t *m, size_t n, fpb_head *h);
+/* The next section of the footer [*p, end): 1, 0 after the last, -1 malformed. */
+int footer_next_section(const uint8_t **p, const uint8_t *end, fpb_section *s);
+/* The next run of a section message [*p, end) (start at s->msg): 1, 0, -1. */
+int footer_next_run(const uint8_t **p, const uint8_t *end, fpb_run *r);
+
 #endif
