@@ -165,11 +165,16 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
  * RESTORE_FIRST_ENTRIES entries (the readers that open first) whose section the entry reads
  * whole and whose first GETs cost least: their bytes, and RESTORE_FIRST_PAIR_BYTES more for
  * two GETs at once (here one 150 KB ranged GET took 3.35 ms at p50, the slower of a 16 KB and
- * a 100 KB one sent together 4.1 ms: the server serves a pair slower than one); the GETs this
- * adds beyond the object's one (0-3) stay within the plan's extra GETs (extra_gets). */
+ * a 100 KB one sent together 4.1 ms: the server serves a pair slower than one), and
+ * RESTORE_FIRST_ENTRY_BYTES more for each entry before it: readers open in about entry order,
+ * and a job's threads start one after another (the 64th of a bench's readers started 5-15 ms
+ * after the first, and a first record picked from its entry, one GET instead of two, waited for
+ * it: w256, traced 2026-12-06); the GETs this adds beyond the object's one (0-3) stay within
+ * the plan's extra GETs (extra_gets). */
 #define RESTORE_FIRST_ENTRIES 64u
 #define RESTORE_FIRST_EDGE_BYTES (64u << 10)
 #define RESTORE_FIRST_PAIR_BYTES (256u << 10)
+#define RESTORE_FIRST_ENTRY_BYTES (32u << 10)
 #define RESTORE_SMALL_OBJECT_BYTES (512u << 10)
 
 static size_t fetched_objects(const dstl_restore *p)
@@ -265,6 +270,7 @@ typedef struct {
     uint64_t a, b;              /* the section's extent (widened) */
     size_t extra;               /* GETs beyond the object's one */
     uint64_t bytes;             /* in the first GETs */
+    size_t entry;
 } first_pick;
 
 /* Whether the first piece of handle k of entry i can be the plan's first, its extra GETs
@@ -280,7 +286,8 @@ static int first_candidate(const dstl_restore *p, size_t i, size_t k, size_t bud
     const wire_seg_ref *g = &ph->wh->segs[pc->seg];
     if (o < 0 || !reads_whole(&p->e[i], pc) || !pc->stored_len || pc->offset + pc->stored_len > g->footer_offset)
         return 0;
-    *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len};
+    *c = (first_pick){.o = o, .wh = ph->wh, .g = g, .pc = pc, .a = 0, .b = g->object_len, .bytes = g->object_len,
+                      .entry = i};
     if (g->object_len <= RESTORE_SMALL_OBJECT_BYTES) return 1;
     uint64_t a = pc->offset < RESTORE_FIRST_EDGE_BYTES ? 0 : pc->offset, end = pc->offset + pc->stored_len;
     uint64_t b = g->footer_offset - end < RESTORE_FIRST_PAIR_BYTES ? g->footer_offset : end;
@@ -298,10 +305,12 @@ static int first_candidate(const dstl_restore *p, size_t i, size_t k, size_t bud
     return c->extra <= budget;
 }
 
-/* What c's first GETs cost, in bytes: a pair (the section and the footer apart) costs more. */
+/* What c's first GETs cost, in bytes: a pair (the section and the footer apart) costs more,
+ * and so does a later entry. */
 static uint64_t first_cost(const first_pick *c)
 {
-    return c->bytes + (c->b < c->g->footer_offset ? RESTORE_FIRST_PAIR_BYTES : 0);
+    return c->bytes + (c->b < c->g->footer_offset ? RESTORE_FIRST_PAIR_BYTES : 0) +
+           (uint64_t)c->entry * RESTORE_FIRST_ENTRY_BYTES;
 }
 
 static int plan_first_record(dstl_restore *p)
@@ -613,7 +622,7 @@ const wire_index *restore_index(dstl_restore *p, int64_t obj)
             continue;
         }
         if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) continue;
-        int now = index_load(p, o);
+    int now = index_load(p, o);
         atomic_store_explicit(&o->ix_state, now, memory_order_release);
         ix_wake(&o->ix_state);
         if (now != IX_PARSED) return NULL;  /* IX_NONE: this reader reads the footer itself */
