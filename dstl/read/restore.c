@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -437,7 +436,11 @@ static void plan_free(dstl_restore *p)
 {
     fetch_free(p->fs);
     for (size_t i = 0; p->e && i < p->n; i++) {
-        for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) free(p->e[i].h[k].seg_obj);
+        for (size_t k = 0; p->e[i].h && k < p->e[i].nh; k++) {
+            if (!p->e[i].h[k].borrowed) free(p->e[i].h[k].wh);     /* with its need (restore_map.c) */
+            free(p->e[i].h[k].seg_obj);
+            free(p->e[i].h[k].names);
+        }
         free(p->e[i].h);
     }
     for (size_t o = 0; o < p->nobj; o++) {
@@ -447,8 +450,6 @@ static void plan_free(dstl_restore *p)
     }
     free(p->objs);
     free(p->e);
-    if (p->pack_mapped) munmap(p->pack, p->pack_len);     /* the handles' copies (restore_map.c) */
-    else free(p->pack);
     keyring_unref(p->keys);
     u64map_destroy(&p->byhash);
     pthread_mutex_destroy(&p->mu);

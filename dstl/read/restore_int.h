@@ -38,6 +38,7 @@ typedef struct {
     int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched (while
                                  * borrowed, a negative value other than -1 is a local copy) */
     piece_need *need;           /* per piece (once copied) */
+    char *names;                /* names of its segments that no plan object holds (or NULL) */
     size_t done;                /* pieces below this are released */
     int open;
 } plan_handle;
@@ -82,9 +83,6 @@ struct dstl_restore {
     size_t n;
     plan_obj *objs;
     size_t nobj, cap_obj;
-    uint8_t *pack;              /* the handles' copies (restore_pack_entries), one allocation */
-    size_t pack_len;
-    int pack_mapped;            /* mmap'd (else malloc'd) */
     u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
     int readers;
     keyring *keys;              /* the storage's key file at plan time (NULL: none) */

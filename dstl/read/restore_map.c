@@ -6,7 +6,7 @@
  * objects is what a plan must do before its first GET can start, so it reads the caller's
  * handles in place, with mostly no hash per segment (a handle's next segment is tried as the
  * object that followed its previous one in an earlier handle). The copy waits until the first
- * record's GETs are sent (restore_pack_entries): one allocation for all of them, with no
+ * record's GETs are sent (restore_pack_entries): it is one allocation per handle with no
  * segment name copied (each points at its object's), but it lands in fresh memory, which in a
  * cold process costs more than the mapping (2.6 MB for 1,024 handles: 8.3 ms against 1.2 ms
  * to map them, 1 ms each when warm; traced 2026-12-06).
@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "dstl/read/restore_int.h"
 #include "dstl/err.h"
@@ -172,48 +171,31 @@ int restore_map_entries(dstl_restore *p, const dstl_restore_entry *entries)
     return rc;
 }
 
-/* The parts of a handle's copy follow each other: each size keeps the next aligned. */
+/* The parts of handle_pack's allocation follow each other: each size keeps the next aligned. */
 _Static_assert(sizeof(wire_handle) % _Alignof(wire_seg_ref) == 0 && sizeof(wire_seg_ref) % _Alignof(wire_piece) == 0 &&
                    sizeof(wire_piece) % _Alignof(piece_need) == 0,
                "handle_pack's parts keep their alignment");
 
-/* The copies of a plan's handles are one allocation; from this size on it is mapped with its
- * pages populated up front: the kernel fills them in one call at about twice the rate of
- * faulting them in one by one on first touch (this VM: 630-700 against 350-385 MB/s). */
-#define RESTORE_PACK_POPULATE_BYTES (1u << 20)
-
-static const char *const *handle_strings(const wire_handle *h, const char *top[3])
-{
-    top[0] = h->storage_id ? h->storage_id : "";
-    top[1] = h->writer_id ? h->writer_id : "";
-    top[2] = h->remote_uri ? h->remote_uri : "";
-    return top;
-}
-
-/* Bytes of ph's copy (handle_pack), a multiple of 16. */
-static size_t handle_pack_size(const plan_handle *ph)
-{
-    const wire_handle *h = ph->wh;
-    const char *top[3];
-    handle_strings(h, top);
-    size_t n = sizeof *h + h->nsegs * sizeof *h->segs + h->npieces * (sizeof *h->pieces + sizeof *ph->need);
-    for (int i = 0; i < 3; i++) n += strlen(top[i]) + 1;
-    for (size_t g = 0; g < h->nsegs; g++) n += ph->seg_obj[g] == -1 ? strlen(h->segs[g].name) + 1 : 0;
-    return (n + 15) & ~(size_t)15;
-}
-
-/* ph->wh: a copy of the caller's handle h at m (handle_pack_size bytes), with ph->need: the
- * handle, its segment references and pieces, the needs, then its strings. Each segment's name
+/* ph->wh: a copy of the caller's handle h in one allocation, with ph->need (free(ph->wh) frees
+ * both): the handle, its segment references and pieces, then its strings. Each segment's name
  * points at its plan object's, or, for a segment with no object (no remote, a key that cannot
- * be built), at its copy among the strings; the objects first named by h now point at the
- * copy's segment references; seg_obj keeps the fetched objects only. */
-static void handle_pack(dstl_restore *p, plan_handle *ph, uint8_t *m)
+ * be built), at its copy in ph->names; the objects first named by h now point at the copy's
+ * segment references; seg_obj keeps the fetched objects only. */
+static int handle_pack(dstl_restore *p, plan_handle *ph)
 {
     const wire_handle *h = ph->wh;
-    const char *top[3];
-    handle_strings(h, top);
+    const char *top[3] = {h->storage_id ? h->storage_id : "", h->writer_id ? h->writer_id : "",
+                          h->remote_uri ? h->remote_uri : ""};
+    size_t tl[3], str = 0, own = 0;
+    for (int i = 0; i < 3; i++) str += tl[i] = strlen(top[i]) + 1;
+    for (size_t g = 0; g < h->nsegs; g++) own += ph->seg_obj[g] == -1 ? strlen(h->segs[g].name) + 1 : 0;
     size_t segs = h->nsegs * sizeof *h->segs, pieces = h->npieces * sizeof *h->pieces;
     size_t needs = h->npieces * sizeof *ph->need;
+    uint8_t *m = malloc(sizeof *h + segs + pieces + needs + str);
+    if (!m || (own && !(ph->names = malloc(own)))) {
+        free(m);
+        return -ENOMEM;
+    }
     wire_handle *d = (wire_handle *)m;
     *d = *h;
     d->segs = (wire_seg_ref *)(m + sizeof *h);
@@ -225,17 +207,17 @@ static void handle_pack(dstl_restore *p, plan_handle *ph, uint8_t *m)
     char *at = (char *)m + sizeof *h + segs + pieces + needs;
     char **dst[3] = {&d->storage_id, &d->writer_id, &d->remote_uri};
     for (int i = 0; i < 3; i++) {
-        size_t n = strlen(top[i]) + 1;
-        *dst[i] = memcpy(at, top[i], n);
-        at += n;
+        *dst[i] = memcpy(at, top[i], tl[i]);
+        at += tl[i];
     }
+    char *name_at = ph->names;
     for (size_t g = 0; g < h->nsegs; g++) {
         int64_t o = ph->seg_obj[g];
         if (o <= -2) o = SEG_LOCAL(o);          /* SEG_LOCAL is its own inverse */
         if (o < 0) {
             size_t n = strlen(h->segs[g].name) + 1;
-            d->segs[g].name = memcpy(at, h->segs[g].name, n);
-            at += n;
+            d->segs[g].name = memcpy(name_at, h->segs[g].name, n);
+            name_at += n;
             continue;
         }
         d->segs[g].name = p->objs[o].name;
@@ -244,29 +226,14 @@ static void handle_pack(dstl_restore *p, plan_handle *ph, uint8_t *m)
     }
     ph->wh = d;
     ph->borrowed = 0;
+    return 0;
 }
 
 int restore_pack_entries(dstl_restore *p)
 {
-    size_t total = 0;
     for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) total += handle_pack_size(&p->e[i].h[k]);
-    if (total >= RESTORE_PACK_POPULATE_BYTES) {
-        void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        p->pack = m == MAP_FAILED ? NULL : m;
-        p->pack_mapped = p->pack != NULL;
-    } else {
-        p->pack = malloc(total ? total : 1);
-    }
-    if (!p->pack) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory for %zu bytes of handles", total);
-    p->pack_len = total;
-    uint8_t *at = p->pack;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++) {
-            size_t n = handle_pack_size(&p->e[i].h[k]);
-            handle_pack(p, &p->e[i].h[k], at);
-            at += n;
-        }
+        for (size_t k = 0; k < p->e[i].nh; k++)
+            if (handle_pack(p, &p->e[i].h[k]) < 0) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     return 0;
 }
 
