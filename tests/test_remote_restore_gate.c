@@ -633,6 +633,14 @@ Test(remote_restore_gate, a_first_section_next_to_its_footer_is_fetched_with_it_
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }
 
+/* Whether ranged GET q noted by the gate read the section of piece pc of segment `name`
+ * (G.mu held). */
+static int get_covers(dstl_handle *const *last, int q, const char *name, const wire_piece *pc)
+{
+    const wire_seg_ref *g = seg_of(last, G.req_path[q]);
+    return g && !strcmp(g->name, name) && G.req_a[q] <= pc->offset && G.req_b[q] + 1 >= pc->offset + pc->stored_len;
+}
+
 /* The plan's bytes fetched once they have stopped growing for half a second (30 s at most). */
 static uint64_t fetched_when_still(dstl_restore *p)
 {
@@ -684,9 +692,7 @@ Test(remote_restore_gate, the_rest_of_a_restore_waits_for_the_first_record_a_rea
         const wire_piece *pc = &last[i]->wh->pieces[0];
         const wire_seg_ref *g = &last[i]->wh->segs[pc->seg];
         for (int q = 0; q < gets_before && e0 == NW; q++)
-            if (seg_of(last, G.req_path[q]) && !strcmp(seg_of(last, G.req_path[q])->name, g->name) &&
-                G.req_a[q] <= pc->offset && G.req_b[q] + 1 >= pc->offset + pc->stored_len)
-                e0 = i;
+            if (get_covers(last, q, g->name, pc)) e0 = i;
     }
     pthread_mutex_unlock(&G.mu);
     cr_assert_lt(e0, NW, "no entry's first section among the %d GETs made before any reader", gets_before);
@@ -755,8 +761,7 @@ Test(remote_restore_gate, the_first_record_comes_from_an_early_entry_not_a_cheap
     int n = G.nreq, found = 0;
     for (int q = 0; q < n && q < 2; q++) {
         const wire_seg_ref *g = seg_of(last, G.req_path[q]);
-        found |= g && !strcmp(g->name, name) && G.req_a[q] <= pc->offset &&
-                 G.req_b[q] + 1 >= pc->offset + pc->stored_len && 2 * (G.req_b[q] - G.req_a[q] + 1) <= g->object_len;
+        found |= get_covers(last, q, name, pc) && 2 * (G.req_b[q] - G.req_a[q] + 1) <= g->object_len;
     }
     pthread_mutex_unlock(&G.mu);
     cr_assert(found, "entry 0's first section (%llu-%llu of %s) is not among the plan's first GETs (%d noted)",

@@ -859,6 +859,26 @@ Test(wire_segment, footers_read_as_protobuf_defines_them)
     dstl__segment_footer__free_unpacked(f, NULL);
     cr_assert_eq(read_all(b, n, &m), 0, "unknown fields in a section and a run");
     free(b);
+    /* a run whose own bytes are not protobuf (a length past its end), inside a well-framed
+     * section: the sections' first pass skips run bodies, the runs' pass refuses it */
+    f = dstl__segment_footer__unpack(NULL, fn, fb);
+    cr_assert_not_null(f);
+    uint8_t past[1] = {0x7f};
+    ProtobufCMessageUnknownField bad_len = {.tag = 92, .wire_type = PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED, .len = 1,
+                                            .data = past};
+    f->sections[1]->runs[0]->base.n_unknown_fields = 1;
+    f->sections[1]->runs[0]->base.unknown_fields = &bad_len;
+    b = reseal(&out, f, &n);
+    f->sections[1]->runs[0]->base.n_unknown_fields = 0;
+    f->sections[1]->runs[0]->base.unknown_fields = NULL;
+    dstl__segment_footer__free_unpacked(f, NULL);
+    {
+        wire_index *ix;
+        wire_err err = {{0}};
+        cr_assert_eq(wire_segment_open(b, n, &ix, &err), DSTL_ECORRUPT, "a malformed run accepted");
+        cr_assert(strstr(err.msg, "footer section 1") && strstr(err.msg, "run does not parse"), "%s", err.msg);
+    }
+    free(b);
 
     /* at the footer's level, appended to its bytes: each case is the original, then these */
     static const struct {

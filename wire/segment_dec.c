@@ -97,7 +97,7 @@ static int check_runs(const fpb_section *s, size_t i, const char *wid, int seale
         if (want_tag) memcpy(runs[r].tag, k.tag, 16);
     }
     const char *bad = NULL;
-    if (rc < 0) bad = "runs do not parse";      /* not reached: the head pass read the same bytes */
+    if (rc < 0) bad = "a run does not parse as protobuf";   /* the head pass skipped the runs' bodies */
     else if (off != s->raw_len) bad = "runs do not cover the raw length";
     else if (count != s->record_count) bad = "run counts do not add up to the record count";
     else if (s->data_bytes > s->raw_len - 2 * count) bad = "data bytes exceed the raw body";
