@@ -1018,6 +1018,47 @@ static int iterate_forged(const uint8_t *body, size_t blen, uint64_t count, uint
     return rc;
 }
 
+/* The encoder writes the footer's protobuf itself (wire/footer_enc.c): its bytes must be
+ * protobuf's own encoding of the same message, as protobuf-c packs it (fields in number order,
+ * zeros and empty strings left out, runs and sections length-delimited), for every shape:
+ * dense, sparse, meta-only and one-key-group sections, each codec, large and small values,
+ * and the padding field at each of its lengths. */
+Test(wire_segment, footers_are_the_bytes_protobuf_packs, .timeout = 60)
+{
+    rng_state = 11;
+    int modes[] = {KG_DENSE, KG_SPARSE, KG_META_ONLY, KG_ONE};
+    for (int c = 0; c < 32; c++) {
+        mseg m = {0};
+        random_model(&m, 1 + rnd(c < 28 ? 16 : 300), 1 + rnd(c < 28 ? 2000 : 6), 1u << 18, modes[c % 4]);
+        wire_seg_opts o = {.run_id = c % 2 ? "rt" : "a-longer-run-id-0123456789",
+                           .segment_no = c % 5 ? rnd(1000) : UINT64_MAX - rnd(10), .created_ms = rnd(1ull << 45),
+                           .compression = c % 3};
+        if (c % 4 == 1) {                 /* padded: the padding field at various lengths */
+            o.pad_align = 1u << (8 + rnd(5));
+            o.pad_limit = UINT32_MAX;
+        }
+        wire_segment_out out;
+        encode_ok(&m, &o, &out);
+        const uint8_t *fb = out.buf + out.footer_offset;
+        Dstl__SegmentFooter *f = dstl__segment_footer__unpack(NULL, out.footer_len, fb);
+        cr_assert_not_null(f, "case %d: the footer does not unpack", c);
+        cr_assert_eq(f->n_sections, m.nsecs, "case %d", c);
+        size_t n = dstl__segment_footer__get_packed_size(f);
+        cr_assert_eq(n, out.footer_len, "case %d: protobuf-c packs %zu bytes, the encoder wrote %u", c, n,
+                     out.footer_len);
+        uint8_t *b = malloc(n);
+        dstl__segment_footer__pack(f, b);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(b[i], fb[i], "case %d: footer byte %zu of %zu is %02x, protobuf-c packs %02x", c, i, n,
+                         fb[i], b[i]);
+        free(b);
+        dstl__segment_footer__free_unpacked(f, NULL);
+        check_segment(&m, &out, &o);
+        wire_segment_out_free(&out);
+        mseg_free(&m);
+    }
+}
+
 Test(wire_segment, rejects_forged_records_with_valid_crcs)
 {
     wire_err err = {{0}};

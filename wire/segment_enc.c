@@ -24,7 +24,7 @@
  * streams for the hardware prefetcher). Compression (when asked) works from a scratch copy of
  * the raw body in the tail of the output buffer. The footer is sized before the sections are
  * written, so the output is allocated once, at its final size (or the codec bound, plus room
- * for padding when asked: footer_pad), and packed last.
+ * for padding when asked: footer_pad), and written last, by footer_enc.c (not protobuf-c).
  *
  * Key groups index the per-run counters directly when their range is small next to the
  * record count (the usual case: a task owns a contiguous range of key groups); otherwise the
@@ -36,7 +36,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "wire/dstl.pb-c.h"
 #include "wire/wire_int.h"
 
 typedef struct {
@@ -408,10 +407,8 @@ static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len,
 typedef struct {
     sec_plan *plans;
     size_t nplans;
-    Dstl__Section *pb_secs;
-    Dstl__Section **pb_sec_ptrs;
-    Dstl__KeyGroupRun *pb_runs;
-    Dstl__KeyGroupRun **pb_run_ptrs;
+    fpb_section *fsecs;        /* the footer's sections ... */
+    fpb_run *fruns;            /* ... and their runs, section by section (footer_enc.c) */
     wire_kg_run *kruns;        /* sealing: each run's index entry and tag */
     uint8_t (*sec_tags)[16];   /* sealing: each compressed section's tag */
     wire_seal *seal;
@@ -424,56 +421,62 @@ static void enc_tmp_free(enc_tmp *t)
         free(t->plans[i].slots);
     }
     free(t->plans);
-    free(t->pb_secs);
-    free(t->pb_sec_ptrs);
-    free(t->pb_runs);
-    free(t->pb_run_ptrs);
+    free(t->fsecs);
+    free(t->fruns);
     free(t->kruns);
     free(t->sec_tags);
     seal_free(t->seal);
 }
 
-/* Fills the footer's Section message (and its runs, from *run onward) for section si. */
-/* With sealing, tags come from kr (the section's runs) and sec_tag: the runs' when the section
- * is stored uncompressed, the section's when compressed, both when sizing. */
+/* Fills the footer's entry for section si (fs) and its runs (from runs onward). With sealing,
+ * tags come from kr (the section's runs) and sec_tag: the runs' when the section is stored
+ * uncompressed, the section's when compressed, both when sizing. */
 static void footer_section(const wire_section_in *s, const sec_plan *pl, const wire_section_loc *loc,
-                           int comp, int sizing, Dstl__Section *ps, Dstl__KeyGroupRun **run_ptrs,
-                           Dstl__KeyGroupRun *runs, wire_kg_run *kr, uint8_t *sec_tag)
+                           int comp, int sizing, fpb_section *fs, fpb_run *runs, const wire_kg_run *kr,
+                           const uint8_t *sec_tag)
 {
-    dstl__section__init(ps);
-    ps->writer_id = (char *)s->writer_id;
-    ps->seq_first = loc->seq_first;
-    ps->seq_end = loc->seq_end;
-    ps->record_count = s->nrec;
-    ps->data_bytes = loc->data_bytes;
-    ps->kg_first = loc->kg_first;
-    ps->kg_last = loc->kg_last;
-    ps->offset = loc->offset;
-    ps->stored_len = loc->stored_len;
-    ps->raw_len = pl->raw_len;
-    ps->compression = (Dstl__Compression)comp;
-    ps->crc32c = loc->crc;
-    ps->n_runs = pl->nruns;
-    ps->runs = run_ptrs;
+    *fs = (fpb_section){.writer_id = (const uint8_t *)s->writer_id,
+                        .writer_id_len = s->writer_id ? strlen(s->writer_id) : 0,
+                        .seq_first = loc->seq_first, .seq_end = loc->seq_end, .record_count = s->nrec,
+                        .data_bytes = loc->data_bytes, .kg_first = loc->kg_first, .kg_last = loc->kg_last,
+                        .offset = loc->offset, .stored_len = loc->stored_len, .raw_len = pl->raw_len,
+                        .compression = (uint32_t)comp, .crc = loc->crc, .nruns = pl->nruns};
     if (kr) {
-        ps->encryption = DSTL__ENCRYPTION__ENCRYPTION_AES_256_GCM;
-        if (sizing || comp != WIRE_COMP_NONE) ps->tag = (ProtobufCBinaryData){16, sec_tag};
+        fs->encryption = FOOTER_ENC_AES_256_GCM;
+        if (sizing || comp != WIRE_COMP_NONE) {
+            fs->tag = sec_tag;
+            fs->tag_len = 16;
+        }
     }
+    const int run_tags = kr && (sizing || comp == WIRE_COMP_NONE);
     size_t r = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
         const kg_slot *k = &pl->slots[j];
         if (!k->count) continue;
-        Dstl__KeyGroupRun *pr = &runs[r];
-        dstl__key_group_run__init(pr);
-        pr->is_meta = j == pl->nslots - 1;
-        pr->key_group = pr->is_meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j;
-        pr->offset = k->off;
-        pr->len = k->bytes;
-        pr->count = k->count;
-        pr->crc32c = k->crc;
-        if (kr && (sizing || comp == WIRE_COMP_NONE)) pr->tag = (ProtobufCBinaryData){16, kr[r].tag};
-        run_ptrs[r++] = pr;
+        const int meta = j == pl->nslots - 1;
+        runs[r] = (fpb_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
+                            .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
+                            .crc = k->crc, .tag = run_tags ? kr[r].tag : NULL, .tag_len = run_tags ? 16 : 0};
+        r++;
     }
+}
+
+/* The footer's protobuf length: its head, then each section (t->fsecs, t->fruns). */
+static size_t footer_len(const fpb_head *h, const enc_tmp *t, size_t nsecs)
+{
+    size_t n = footer_head_size(h);
+    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t->fsecs[i].nruns, i++)
+        n += footer_section_size(&t->fsecs[i], t->fruns + run0, t->fsecs[i].nruns);
+    return n;
+}
+
+/* Writes the footer's protobuf at p, with a padding field of pad zeros; returns its end. */
+static uint8_t *footer_put(uint8_t *p, const fpb_head *h, const enc_tmp *t, size_t nsecs, size_t pad)
+{
+    p = footer_put_head(p, h);
+    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t->fsecs[i].nruns, i++)
+        p = footer_put_section(p, &t->fsecs[i], t->fruns + run0, t->fsecs[i].nruns);
+    return footer_put_padding(p, pad);
 }
 
 /* Writes section si at dst (cap bytes); returns its stored length and sets *comp to the codec
@@ -554,9 +557,6 @@ static wire_section_loc section_loc(const wire_section_in *s, const sec_plan *pl
                               .kg_last = pl->ndata ? pl->kg_max : 0};
 }
 
-/* Zeros for the footer's padding field: it never needs more than 2 x WIRE_PAD_ALIGN_MAX. */
-static const uint8_t pad_zeros[2 * WIRE_PAD_ALIGN_MAX];
-
 /* The padding field's payload length that adds exactly e bytes to the footer (a tag byte, a
  * varint length, then the zeros; proto3 leaves out an empty field, so at least one zero):
  * 0 when no length does (e of 1, 2 or 130). */
@@ -567,10 +567,12 @@ static size_t pad_field_len(uint64_t e)
     return 0;
 }
 
-/* Sets f's padding for the length o asks for (wire_seg_opts.pad_*), given the segment's
- * length without it, len, and the most the buffer holds; returns the segment's length with it. */
-static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint64_t len, uint64_t max)
+/* The padding field's zeros (*n) for the length o asks for (wire_seg_opts.pad_*), given the
+ * segment's length without it, len, and the most the buffer holds; returns the segment's
+ * length with it. It never needs more than 2 x WIRE_PAD_ALIGN_MAX zeros. */
+static uint64_t footer_pad(const wire_seg_opts *o, uint64_t len, uint64_t max, size_t *n)
 {
+    *n = 0;
     if (!o->pad_align || len > o->pad_limit) return len;
     uint64_t up = (len + o->pad_align - 1) & ~(uint64_t)(o->pad_align - 1);
     if (up == len) return len;
@@ -578,11 +580,8 @@ static uint64_t footer_pad(const wire_seg_opts *o, Dstl__SegmentFooter *f, uint6
                         up + o->pad_align};
     for (size_t i = 0; i < 3; i++) {
         if (want[i] == len) return len;
-        size_t n = want[i] && want[i] <= max ? pad_field_len(want[i] - len) : 0;
-        if (n) {
-            f->padding = (ProtobufCBinaryData){n, (uint8_t *)pad_zeros};
-            return want[i];
-        }
+        *n = want[i] && want[i] <= max ? pad_field_len(want[i] - len) : 0;
+        if (*n) return want[i];
     }
     return len;
 }
@@ -633,8 +632,8 @@ static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, si
         if (kr)
             r->secs[i].crc = seal_section(t->seal, &secs[i], pl, (uint32_t)i, &r->secs[i], comp, r->buf + pos,
                                           kr, t->sec_tags[i], rc);
-        footer_section(&secs[i], pl, &r->secs[i], comp, 0, &t->pb_secs[i], t->pb_run_ptrs + run0,
-                       t->pb_runs + run0, kr, kr ? t->sec_tags[i] : NULL);
+        footer_section(&secs[i], pl, &r->secs[i], comp, 0, &t->fsecs[i], t->fruns + run0, kr,
+                       kr ? t->sec_tags[i] : NULL);
         pos += stored;
     }
     return pos;
@@ -686,33 +685,24 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     uint64_t raw_max = 0;
     if ((rc = plan_sections(o, secs, nsecs, &t, &nruns, &raw_max, err)) < 0) goto fail;
     rc = -ENOMEM;
-    t.pb_secs = calloc(nsecs, sizeof *t.pb_secs);
-    t.pb_sec_ptrs = calloc(nsecs, sizeof *t.pb_sec_ptrs);
-    t.pb_runs = calloc(nruns ? nruns : 1, sizeof *t.pb_runs);
-    t.pb_run_ptrs = calloc(nruns ? nruns : 1, sizeof *t.pb_run_ptrs);
-    if (!t.pb_secs || !t.pb_sec_ptrs || !t.pb_runs || !t.pb_run_ptrs) goto fail;
+    t.fsecs = malloc(nsecs * sizeof *t.fsecs);
+    t.fruns = malloc((nruns ? nruns : 1) * sizeof *t.fruns);
+    if (!t.fsecs || !t.fruns) goto fail;
     if (sealed && (!(t.kruns = calloc(nruns ? nruns : 1, sizeof *t.kruns)) ||
                    !(t.sec_tags = calloc(nsecs, sizeof *t.sec_tags))))
         goto fail;
-    Dstl__SegmentFooter f;
-    dstl__segment_footer__init(&f);
-    f.format_version = WIRE_VERSION;
-    f.run_id = (char *)o->run_id;
-    f.segment_no = o->segment_no;
-    f.created_ms = o->created_ms;
-    f.n_sections = nsecs;
-    f.sections = t.pb_sec_ptrs;
+    fpb_head head = {.format_version = WIRE_VERSION, .run_id = (const uint8_t *)o->run_id,
+                     .run_id_len = strlen(o->run_id), .segment_no = o->segment_no, .created_ms = o->created_ms};
     uint64_t pos = WIRE_SEG_HEADER_LEN;
     for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
         uint64_t c = section_cap(o, &t.plans[i]);
         wire_section_loc loc = section_loc(&secs[i], &t.plans[i], pos, c, UINT32_MAX);
-        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, &t.pb_secs[i], t.pb_run_ptrs + run0,
-                       t.pb_runs + run0, sealed ? t.kruns + run0 : NULL, sealed ? t.sec_tags[i] : NULL);
-        t.pb_sec_ptrs[i] = &t.pb_secs[i];
+        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, &t.fsecs[i], t.fruns + run0,
+                       sealed ? t.kruns + run0 : NULL, sealed ? t.sec_tags[i] : NULL);
         pos += c;
     }
     size_t blen = sealed ? seal_block_len(strlen(o->seal_key->id), strlen(o->run_id)) : 0;
-    size_t fmax = dstl__segment_footer__get_packed_size(&f) + blen;
+    size_t fmax = footer_len(&head, &t, nsecs) + blen;
     if (fmax > UINT32_MAX) {
         rc = wire_fail(err, -EINVAL, "segment footer of %zu bytes is too large", fmax);
         goto fail;
@@ -735,10 +725,10 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc, err);
     if (rc < 0) goto fail;
     r.nsecs = nsecs;
+    size_t pad = 0;
     if (o->pad_align && pos <= o->pad_limit)
-        footer_pad(o, &f, pos + blen + dstl__segment_footer__get_packed_size(&f) + WIRE_SEG_TRAILER_LEN,
-                   cap - scratch_len);
-    size_t pblen = dstl__segment_footer__pack(&f, r.buf + pos + blen);
+        footer_pad(o, pos + blen + footer_len(&head, &t, nsecs) + WIRE_SEG_TRAILER_LEN, cap - scratch_len, &pad);
+    size_t pblen = (size_t)(footer_put(r.buf + pos + blen, &head, &t, nsecs, pad) - (r.buf + pos + blen));
     if (sealed) {
         if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;
         memcpy(r.buf + pos, block, blen);

@@ -203,4 +203,16 @@ int footer_next_section(const uint8_t **p, const uint8_t *end, fpb_section *s);
 /* The next run of a section message [*p, end) (start at s->msg): 1, 0, -1. */
 int footer_next_run(const uint8_t **p, const uint8_t *end, fpb_run *r);
 
+/* ---- footer_enc.c: a footer's protobuf written from the same structs ----
+ * A footer is its head's fields, then each section (with its runs), then the padding field:
+ * *_size gives the bytes each puts, *_put writes them at p and returns the end. Sections are
+ * written from an fpb_section's values (its msg, nruns and the unused key_id/nonce lengths
+ * are ignored) and nruns runs. */
+size_t footer_head_size(const fpb_head *h);
+uint8_t *footer_put_head(uint8_t *p, const fpb_head *h);
+size_t footer_section_size(const fpb_section *s, const fpb_run *runs, size_t nruns);
+uint8_t *footer_put_section(uint8_t *p, const fpb_section *s, const fpb_run *runs, size_t nruns);
+size_t footer_padding_size(size_t n);
+uint8_t *footer_put_padding(uint8_t *p, size_t n);   /* n zeros; nothing when n is 0 */
+
 #endif
