@@ -12,7 +12,10 @@
  * and decode with encryption at rest (wire.encode_aes_mb_s, wire.decode_aes_mb_s; sealed run
  * by run with AES-256-GCM) against plain encoding measured in the same alternation. memcpy, encode and
  * decode run in alternating blocks so that a noisy machine slows them alike. The encoder builds
- * into a reused buffer (its allocator hook), as a pipeline's buffer pool would. Prints
+ * into a reused buffer (its allocator hook), as a pipeline's buffer pool would. The same 8 MiB
+ * as 1,024 writers' sections of 8 KiB (~60 key-group runs each) gives wire.encode_w1024_mb_s,
+ * and wire.encode_w1024_vs_w8 against the 8-section encode in the same alternation: what the
+ * encoder costs per section and per run, apart from the bytes. Prints
  * `name value unit` lines; runs about 3 seconds.
  * Not a test: nothing here asserts.
  */
@@ -24,8 +27,9 @@
 #include "tests/payload.h"
 #include "wire/wire.h"
 
-#define NSEC          8
+#define NSEC          8           /* the main workload: 8 sections of 1 MiB */
 #define SECTION_BYTES (1u << 20)
+#define NSEC_MANY     1024        /* the same bytes as 1,024 writers' sections of 8 KiB */
 #define PAYLOAD       100
 #define KEY_GROUPS    128
 #define ROUND_S       0.6   /* seconds measured per job */
@@ -48,26 +52,41 @@ static uint32_t next_rand(void)
 }
 
 typedef struct {
-    uint8_t *buf[NSEC];
-    size_t len[NSEC];
-    wire_span span[NSEC];
-    wire_section_in in[NSEC];        /* with the tallies a writer keeps at append */
-    wire_section_in in_scan[NSEC];   /* without: the encoder counts in a pass of its own */
-    wire_kg_tally kg[NSEC][KEY_GROUPS];
-    wire_section_tally tally[NSEC];
-    uint32_t *rec_kg[NSEC];          /* each record's key group (KEY_GROUPS: meta), for round_tally */
-    char ids[NSEC][16];
+    size_t nsec;
+    uint8_t **buf;
+    size_t *len;
+    wire_span *span;
+    wire_section_in *in;        /* with the tallies a writer keeps at append */
+    wire_section_in *in_scan;   /* without: the encoder counts in a pass of its own */
+    wire_kg_tally (*kg)[KEY_GROUPS];
+    wire_section_tally *tally;
+    uint32_t **rec_kg;          /* each record's key group (KEY_GROUPS: meta), for round_tally */
+    char (*ids)[16];
     size_t total;
 } workload;
 
-static void make_workload(workload *w)
+/* nsec sections of section_bytes each; exits when out of memory. */
+static void make_workload(workload *w, size_t nsec, size_t section_bytes)
 {
     uint8_t payload[PAYLOAD];
-    for (size_t s = 0; s < NSEC; s++) {
-        w->buf[s] = malloc(SECTION_BYTES);
-        w->rec_kg[s] = malloc(SECTION_BYTES / wire_rec_size(PAYLOAD) * sizeof *w->rec_kg[s]);
+    w->nsec = nsec;
+    w->buf = calloc(nsec, sizeof *w->buf);
+    w->len = calloc(nsec, sizeof *w->len);
+    w->span = calloc(nsec, sizeof *w->span);
+    w->in = calloc(nsec, sizeof *w->in);
+    w->in_scan = calloc(nsec, sizeof *w->in_scan);
+    w->kg = calloc(nsec, sizeof *w->kg);
+    w->tally = calloc(nsec, sizeof *w->tally);
+    w->rec_kg = calloc(nsec, sizeof *w->rec_kg);
+    w->ids = calloc(nsec, sizeof *w->ids);
+    if (!w->buf || !w->len || !w->span || !w->in || !w->in_scan || !w->kg || !w->tally || !w->rec_kg || !w->ids)
+        exit(1);
+    for (size_t s = 0; s < nsec; s++) {
+        w->buf[s] = malloc(section_bytes);
+        w->rec_kg[s] = malloc(section_bytes / wire_rec_size(PAYLOAD) * sizeof *w->rec_kg[s]);
+        if (!w->buf[s] || !w->rec_kg[s]) exit(1);
         size_t off = 0, n = 0;
-        while (off + wire_rec_size(PAYLOAD) <= SECTION_BYTES) {
+        while (off + wire_rec_size(PAYLOAD) <= section_bytes) {
             payload_fill(PAYLOAD_RANDOM, s, n, payload, PAYLOAD);      /* incompressible */
             int meta = next_rand() % 100 == 0;
             uint32_t kg = next_rand() % KEY_GROUPS;
@@ -129,11 +148,28 @@ static double rate(const workload *w, const job *j)
     return j->secs > 0 ? (double)w->total * (double)j->rounds / j->secs / 1e6 : 0;
 }
 
+static void free_workload(workload *w)
+{
+    for (size_t s = 0; s < w->nsec; s++) {
+        free(w->buf[s]);
+        free(w->rec_kg[s]);
+    }
+    free(w->buf);
+    free(w->len);
+    free(w->span);
+    free(w->in);
+    free(w->in_scan);
+    free(w->kg);
+    free(w->tally);
+    free(w->rec_kg);
+    free(w->ids);
+}
+
 static int round_memcpy(workload *w, void *ctx)
 {
     uint8_t *dst = ctx;
     size_t off = 0;
-    for (size_t s = 0; s < NSEC; s++) {
+    for (size_t s = 0; s < w->nsec; s++) {
         memcpy(dst + off, w->buf[s], w->len[s]);
         off += w->len[s];
     }
@@ -182,7 +218,7 @@ static int round_encode(workload *w, void *ctx)
                        .seal_data_key = sealed ? dk : NULL};
     wire_segment_out out;
     wire_err err;
-    int rc = wire_segment_encode(&o, scan ? w->in_scan : w->in, NSEC, &out, &err);
+    int rc = wire_segment_encode(&o, scan ? w->in_scan : w->in, w->nsec, &out, &err);
     if (rc < 0) {
         fprintf(stderr, "encode: %s\n", err.msg);
         return rc;
@@ -191,11 +227,19 @@ static int round_encode(workload *w, void *ctx)
     return 0;
 }
 
+/* The plain encode of another workload (ctx): the many small sections of NSEC_MANY writers. */
+static int round_encode_many(workload *w, void *ctx)
+{
+    (void)w;
+    static int none = WIRE_COMP_NONE;
+    return round_encode(ctx, &none);
+}
+
 /* What the writer adds to each dstl_append for the tally (its key group and length at hand). */
 static int round_tally(workload *w, void *ctx)
 {
     wire_kg_tally *t = ctx;   /* KEY_GROUPS + 1 */
-    for (size_t s = 0; s < NSEC; s++) {
+    for (size_t s = 0; s < w->nsec; s++) {
         memset(t, 0, (KEY_GROUPS + 1) * sizeof *t);
         for (uint64_t i = 0; i < w->in[s].nrec; i++) wire_tally_add(&t[w->rec_kg[s][i]], i, PAYLOAD);
     }
@@ -231,17 +275,18 @@ static int round_decode(workload *w, void *ctx)
 
 int main(int argc, char **argv)
 {
-    /* `bench_wire encode|decode`: only that part, for a profiler */
+    /* `bench_wire encode|decode|encode-many`: only that part, for a profiler (encode-many's
+     * rate counts the main workload's bytes, about the same) */
     const char *only = argc > 1 ? argv[1] : "";
     workload w = {0};
-    make_workload(&w);
+    make_workload(&w, NSEC, SECTION_BYTES);
     uint8_t *dst = malloc(w.total);
     memset(dst, 1, w.total);
     int none = WIRE_COMP_NONE, lz4 = WIRE_COMP_LZ4, zstd = WIRE_COMP_ZSTD;
     wire_seg_opts o = {.run_id = "bench", .segment_no = 1, .created_ms = 1};
     wire_segment_out seg;
     wire_err err;
-    if (wire_segment_encode(&o, w.in, NSEC, &seg, &err) < 0) {
+    if (wire_segment_encode(&o, w.in, w.nsec, &seg, &err) < 0) {
         fprintf(stderr, "encode: %s\n", err.msg);
         return 1;
     }
@@ -251,29 +296,32 @@ int main(int argc, char **argv)
     so.seal_key = &bench_key;
     so.seal_data_key = dk;
     wire_segment_out sealed;
-    if (wire_segment_encode(&so, w.in, NSEC, &sealed, &err) < 0) {
+    if (wire_segment_encode(&so, w.in, w.nsec, &sealed, &err) < 0) {
         fprintf(stderr, "encode (aes): %s\n", err.msg);
         return 1;
     }
+    workload many = {0};
+    make_workload(&many, NSEC_MANY, NSEC * SECTION_BYTES / NSEC_MANY);
     wire_kg_tally tally_tab[KEY_GROUPS + 1];
     job jobs[] = {{round_memcpy, dst, 0, 0}, {round_encode, &none, 0, 0}, {round_decode, &seg, 0, 0},
                   {round_encode, &lz4, 0, 0}, {round_encode, &zstd, 0, 0},
                   {round_encode, &none, 0, 0}, {round_encode, &sealed_enc, 0, 0}, {round_decode, &seg, 0, 0},
                   {round_decode, &sealed, 0, 0},
                   {round_memcpy, dst, 0, 0}, {round_encode, &none, 0, 0}, {round_encode, &scan_enc, 0, 0},
-                  {round_tally, tally_tab, 0, 0}};
-    if (!strcmp(only, "encode") || !strcmp(only, "decode")) {
-        job *j = &jobs[only[0] == 'e' ? 1 : 2];
+                  {round_tally, tally_tab, 0, 0},
+                  {round_encode, &none, 0, 0}, {round_encode_many, &many, 0, 0}};
+    if (!strcmp(only, "encode") || !strcmp(only, "decode") || !strcmp(only, "encode-many")) {
+        job *j = &jobs[!strcmp(only, "encode-many") ? 14 : only[0] == 'e' ? 1 : 2];
         if (measure(&w, j, 1) < 0) return 1;
         printf("wire.%s_mb_s %.0f MB/s\n", only, rate(&w, j));
         return 0;
     }
     if (measure(&w, jobs, 3) < 0 || measure(&w, jobs + 3, 2) < 0 || measure(&w, jobs + 5, 4) < 0 ||
-        measure(&w, jobs + 9, 4) < 0)
+        measure(&w, jobs + 9, 4) < 0 || measure(&w, jobs + 13, 2) < 0)
         return 1;
     double mem = rate(&w, &jobs[0]), enc = rate(&w, &jobs[1]), dec = rate(&w, &jobs[2]);
     uint64_t nrec = 0;
-    for (size_t s = 0; s < NSEC; s++) nrec += w.in[s].nrec;
+    for (size_t s = 0; s < w.nsec; s++) nrec += w.in[s].nrec;
 
     printf("memcpy_mb_s %.0f MB/s\n", mem);
     printf("wire.encode_mb_s %.0f MB/s\n", enc);
@@ -294,12 +342,15 @@ int main(int argc, char **argv)
     printf("wire.encode_tally_vs_scan %.3f x\n", sc > 0 ? e2 / sc : 0);
     printf("wire.tally_ns_per_record %.2f ns\n",
            jobs[12].rounds ? jobs[12].secs * 1e9 / ((double)jobs[12].rounds * (double)nrec) : 0);
+    /* rate() counts w's bytes: the many sections hold their own total */
+    double e8 = rate(&w, &jobs[13]),
+           em = jobs[14].secs > 0 ? (double)many.total * (double)jobs[14].rounds / jobs[14].secs / 1e6 : 0;
+    printf("wire.encode_w%d_mb_s %.0f MB/s\n", NSEC_MANY, em);
+    printf("wire.encode_w%d_vs_w%d %.3f x\n", NSEC_MANY, NSEC, e8 > 0 ? em / e8 : 0);
     wire_segment_out_free(&seg);
     wire_segment_out_free(&sealed);
-    for (size_t s = 0; s < NSEC; s++) {
-        free(w.buf[s]);
-        free(w.rec_kg[s]);
-    }
+    free_workload(&many);
+    free_workload(&w);
     free(dst);
     free(pool_buf);
     return 0;

@@ -82,9 +82,12 @@ size_t footer_section_size(const fpb_section *s, const fpb_run *runs, size_t nru
     return len_field_size(5, section_msg_size(s, runs, nruns));
 }
 
-uint8_t *footer_put_section(uint8_t *p, const fpb_section *s, const fpb_run *runs, size_t nruns)
+uint8_t *footer_put_section(uint8_t *p, const uint8_t *end, const fpb_section *s, const fpb_run *runs,
+                            size_t nruns)
 {
-    p = wire_varint_put(put_key(p, 5, WT_LEN), section_msg_size(s, runs, nruns));
+    size_t n = section_msg_size(s, runs, nruns);
+    if (len_field_size(5, n) > (size_t)(end - p)) return NULL;
+    p = wire_varint_put(put_key(p, 5, WT_LEN), n);
     p = put_bytes_field(p, 1, s->writer_id, s->writer_id_len);
     p = put_varint_field(p, 2, s->seq_first);
     p = put_varint_field(p, 3, s->seq_end);

@@ -407,8 +407,10 @@ static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len,
 typedef struct {
     sec_plan *plans;
     size_t nplans;
-    fpb_section *fsecs;        /* the footer's sections ... */
-    fpb_run *fruns;            /* ... and their runs, section by section (footer_enc.c) */
+    fpb_section *fsecs;        /* the footer's sections (footer_enc.c) ... */
+    fpb_run *fruns;            /* ... and one section's runs at a time (the most any has) */
+    int sizing;                /* the footer is being sized: every tag, stored lengths at caps */
+    int sealed;                /* the segment is sealed (t->seal is set only after sizing) */
     wire_kg_run *kruns;        /* sealing: each run's index entry and tag */
     uint8_t (*sec_tags)[16];   /* sealing: each compressed section's tag */
     wire_seal *seal;
@@ -428,12 +430,10 @@ static void enc_tmp_free(enc_tmp *t)
     seal_free(t->seal);
 }
 
-/* Fills the footer's entry for section si (fs) and its runs (from runs onward). With sealing,
- * tags come from kr (the section's runs) and sec_tag: the runs' when the section is stored
- * uncompressed, the section's when compressed, both when sizing. */
+/* Fills the footer's entry for section si (fs), but for its runs (footer_runs). With sealing,
+ * the section's tag is sec_tag, written when the section is compressed, or when sizing. */
 static void footer_section(const wire_section_in *s, const sec_plan *pl, const wire_section_loc *loc,
-                           int comp, int sizing, fpb_section *fs, fpb_run *runs, const wire_kg_run *kr,
-                           const uint8_t *sec_tag)
+                           int comp, int sizing, int sealed, fpb_section *fs, const uint8_t *sec_tag)
 {
     *fs = (fpb_section){.writer_id = (const uint8_t *)s->writer_id,
                         .writer_id_len = s->writer_id ? strlen(s->writer_id) : 0,
@@ -441,24 +441,35 @@ static void footer_section(const wire_section_in *s, const sec_plan *pl, const w
                         .data_bytes = loc->data_bytes, .kg_first = loc->kg_first, .kg_last = loc->kg_last,
                         .offset = loc->offset, .stored_len = loc->stored_len, .raw_len = pl->raw_len,
                         .compression = (uint32_t)comp, .crc = loc->crc, .nruns = pl->nruns};
-    if (kr) {
+    if (sealed) {
         fs->encryption = FOOTER_ENC_AES_256_GCM;
         if (sizing || comp != WIRE_COMP_NONE) {
             fs->tag = sec_tag;
             fs->tag_len = 16;
         }
     }
-    const int run_tags = kr && (sizing || comp == WIRE_COMP_NONE);
+}
+
+/* Fills runs with the footer entries of section i's runs, from its plan: made when the footer
+ * is sized and again when it is written, one section at a time, so they stay in cache (all of
+ * a 1,024-writer segment's ~30,000 at once were 1.7 MB of fresh memory per segment). With
+ * sealing, a run's tag is written when its section is stored uncompressed, or when sizing. */
+static const fpb_run *footer_runs(const enc_tmp *t, size_t i, size_t run0)
+{
+    const sec_plan *pl = &t->plans[i];
+    const int tags = t->sealed && (t->sizing || t->fsecs[i].compression == WIRE_COMP_NONE);
+    const wire_kg_run *kr = tags ? t->kruns + run0 : NULL;
     size_t r = 0;
     for (size_t j = 0; j < pl->nslots; j++) {
         const kg_slot *k = &pl->slots[j];
         if (!k->count) continue;
         const int meta = j == pl->nslots - 1;
-        runs[r] = (fpb_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
-                            .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
-                            .crc = k->crc, .tag = run_tags ? kr[r].tag : NULL, .tag_len = run_tags ? 16 : 0};
+        t->fruns[r] = (fpb_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
+                                .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
+                                .crc = k->crc, .tag = tags ? kr[r].tag : NULL, .tag_len = tags ? 16 : 0};
         r++;
     }
+    return t->fruns;
 }
 
 /* The footer's protobuf length: its head, then each section (t->fsecs, t->fruns). */
@@ -466,17 +477,20 @@ static size_t footer_len(const fpb_head *h, const enc_tmp *t, size_t nsecs)
 {
     size_t n = footer_head_size(h);
     for (size_t i = 0, run0 = 0; i < nsecs; run0 += t->fsecs[i].nruns, i++)
-        n += footer_section_size(&t->fsecs[i], t->fruns + run0, t->fsecs[i].nruns);
+        n += footer_section_size(&t->fsecs[i], footer_runs(t, i, run0), t->fsecs[i].nruns);
     return n;
 }
 
-/* Writes the footer's protobuf at p, with a padding field of pad zeros; returns its end. */
-static uint8_t *footer_put(uint8_t *p, const fpb_head *h, const enc_tmp *t, size_t nsecs, size_t pad)
+/* Writes the footer's protobuf at p, with a padding field of pad zeros; returns its end, or
+ * NULL when it would pass end (the sizing pass undercounted: a bug, refused, not overrun). */
+static uint8_t *footer_put(uint8_t *p, const uint8_t *end, const fpb_head *h, const enc_tmp *t, size_t nsecs,
+                           size_t pad)
 {
+    if (footer_head_size(h) > (size_t)(end - p)) return NULL;
     p = footer_put_head(p, h);
-    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t->fsecs[i].nruns, i++)
-        p = footer_put_section(p, &t->fsecs[i], t->fruns + run0, t->fsecs[i].nruns);
-    return footer_put_padding(p, pad);
+    for (size_t i = 0, run0 = 0; p && i < nsecs; run0 += t->fsecs[i].nruns, i++)
+        p = footer_put_section(p, end, &t->fsecs[i], footer_runs(t, i, run0), t->fsecs[i].nruns);
+    return p && footer_padding_size(pad) <= (size_t)(end - p) ? footer_put_padding(p, pad) : NULL;
 }
 
 /* Writes section si at dst (cap bytes); returns its stored length and sets *comp to the codec
@@ -632,17 +646,16 @@ static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, si
         if (kr)
             r->secs[i].crc = seal_section(t->seal, &secs[i], pl, (uint32_t)i, &r->secs[i], comp, r->buf + pos,
                                           kr, t->sec_tags[i], rc);
-        footer_section(&secs[i], pl, &r->secs[i], comp, 0, &t->fsecs[i], t->fruns + run0, kr,
-                       kr ? t->sec_tags[i] : NULL);
+        footer_section(&secs[i], pl, &r->secs[i], comp, 0, kr != NULL, &t->fsecs[i], kr ? t->sec_tags[i] : NULL);
         pos += stored;
     }
     return pos;
 }
 
-/* Plans every section (from its tally, else by a scan): t->plans; the total number of runs and
- * the largest raw body. */
+/* Plans every section (from its tally, else by a scan): t->plans; the total number of runs, the
+ * most one section has, and the largest raw body. */
 static int plan_sections(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
-                         size_t *nruns, uint64_t *raw_max, wire_err *err)
+                         size_t *nruns, size_t *runs_max, uint64_t *raw_max, wire_err *err)
 {
     for (size_t i = 0; i < nsecs; i++) {
         sec_plan *pl = &t->plans[i];
@@ -661,6 +674,7 @@ static int plan_sections(const wire_seg_opts *o, const wire_section_in *secs, si
                              (unsigned long long)pl->raw_len);
         if (pl->raw_len > *raw_max) *raw_max = pl->raw_len;
         *nruns += pl->nruns;
+        if (pl->nruns > *runs_max) *runs_max = pl->nruns;
     }
     return 0;
 }
@@ -678,15 +692,16 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     r.secs = calloc(nsecs, sizeof *r.secs);
     if (!t.plans || !r.secs) goto fail;
     t.nplans = nsecs;
+    t.sealed = sealed;
 
     /* Plan every section, then size the footer with each section at its cap, so that the
      * output is allocated once and written in place. */
-    size_t nruns = 0;
+    size_t nruns = 0, runs_max = 0;
     uint64_t raw_max = 0;
-    if ((rc = plan_sections(o, secs, nsecs, &t, &nruns, &raw_max, err)) < 0) goto fail;
+    if ((rc = plan_sections(o, secs, nsecs, &t, &nruns, &runs_max, &raw_max, err)) < 0) goto fail;
     rc = -ENOMEM;
     t.fsecs = malloc(nsecs * sizeof *t.fsecs);
-    t.fruns = malloc((nruns ? nruns : 1) * sizeof *t.fruns);
+    t.fruns = malloc((runs_max ? runs_max : 1) * sizeof *t.fruns);
     if (!t.fsecs || !t.fruns) goto fail;
     if (sealed && (!(t.kruns = calloc(nruns ? nruns : 1, sizeof *t.kruns)) ||
                    !(t.sec_tags = calloc(nsecs, sizeof *t.sec_tags))))
@@ -694,15 +709,17 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     fpb_head head = {.format_version = WIRE_VERSION, .run_id = (const uint8_t *)o->run_id,
                      .run_id_len = strlen(o->run_id), .segment_no = o->segment_no, .created_ms = o->created_ms};
     uint64_t pos = WIRE_SEG_HEADER_LEN;
-    for (size_t i = 0, run0 = 0; i < nsecs; run0 += t.plans[i].nruns, i++) {
+    for (size_t i = 0; i < nsecs; i++) {
         uint64_t c = section_cap(o, &t.plans[i]);
         wire_section_loc loc = section_loc(&secs[i], &t.plans[i], pos, c, UINT32_MAX);
-        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, &t.fsecs[i], t.fruns + run0,
-                       sealed ? t.kruns + run0 : NULL, sealed ? t.sec_tags[i] : NULL);
+        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, sealed, &t.fsecs[i],
+                       sealed ? t.sec_tags[i] : NULL);
         pos += c;
     }
     size_t blen = sealed ? seal_block_len(strlen(o->seal_key->id), strlen(o->run_id)) : 0;
+    t.sizing = 1;
     size_t fmax = footer_len(&head, &t, nsecs) + blen;
+    t.sizing = 0;
     if (fmax > UINT32_MAX) {
         rc = wire_fail(err, -EINVAL, "segment footer of %zu bytes is too large", fmax);
         goto fail;
@@ -728,7 +745,13 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     size_t pad = 0;
     if (o->pad_align && pos <= o->pad_limit)
         footer_pad(o, pos + blen + footer_len(&head, &t, nsecs) + WIRE_SEG_TRAILER_LEN, cap - scratch_len, &pad);
-    size_t pblen = (size_t)(footer_put(r.buf + pos + blen, &head, &t, nsecs, pad) - (r.buf + pos + blen));
+    uint8_t *fend = footer_put(r.buf + pos + blen, r.buf + cap - scratch_len - WIRE_SEG_TRAILER_LEN, &head, &t,
+                               nsecs, pad);
+    if (!fend) {
+        rc = wire_fail(err, -EINVAL, "segment encode: the footer outgrew the %zu bytes it was sized at (a bug)", fmax);
+        goto fail;
+    }
+    size_t pblen = (size_t)(fend - (r.buf + pos + blen));
     if (sealed) {
         if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;
         memcpy(r.buf + pos, block, blen);

@@ -211,7 +211,9 @@ int footer_next_run(const uint8_t **p, const uint8_t *end, fpb_run *r);
 size_t footer_head_size(const fpb_head *h);
 uint8_t *footer_put_head(uint8_t *p, const fpb_head *h);
 size_t footer_section_size(const fpb_section *s, const fpb_run *runs, size_t nruns);
-uint8_t *footer_put_section(uint8_t *p, const fpb_section *s, const fpb_run *runs, size_t nruns);
+/* NULL, having written nothing, when the section would pass end */
+uint8_t *footer_put_section(uint8_t *p, const uint8_t *end, const fpb_section *s, const fpb_run *runs,
+                            size_t nruns);
 size_t footer_padding_size(size_t n);
 uint8_t *footer_put_padding(uint8_t *p, size_t n);   /* n zeros; nothing when n is 0 */
 
