@@ -172,6 +172,15 @@ Test(wire_tally, a_tally_that_does_not_match_its_records_is_refused)
     refused(&t, "counts moved between key groups");
     t.kg[2].count--;
     t.kg[3].count++;
+    /* a key group inside the tally's range that the tally has empty: its records moved to the
+     * next one (the encoder keeps slots only for the key groups a tally has) */
+    wire_kg_tally k3 = t.kg[3], k4 = t.kg[4];
+    t.kg[4].count += k3.count;
+    t.kg[4].bytes += k3.bytes;
+    t.kg[3] = (wire_kg_tally){0};
+    refused(&t, "records in a key group the tally has empty");
+    t.kg[3] = k3;
+    t.kg[4] = k4;
     /* framed bytes moved between key groups: counts right, runs overflow */
     t.kg[4].bytes += 5;
     t.kg[5].bytes -= 5;

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t cursor;    /* next write position in the raw body */
     uint64_t seen;      /* records copied (checked against count when the counts were given) */
     uint32_t crc;
+    uint32_t kg;        /* its key group (0 for the meta slot) */
 } kg_slot;
 
 typedef struct {
@@ -53,8 +54,11 @@ typedef struct {
     uint32_t kg_min, kg_max;
     uint32_t *uniq;     /* sparse key groups: sorted distinct values, else NULL */
     size_t nuniq;
-    kg_slot *slots;     /* data slots, then the meta slot last */
+    kg_slot *slots;     /* data slots (key groups with records, ascending), then the meta slot */
     size_t nslots;
+    uint32_t *map;      /* dense: the slot of key group kg_min + j, SLOT_NONE when it has no
+                         * records (range entries); NULL while counting, and when sparse */
+    size_t range;       /* dense: kg_max - kg_min + 1 (0 without data records) */
     size_t nruns;
     int checked;        /* the counts came from a tally: the copy checks the records against them */
 } sec_plan;
@@ -82,10 +86,14 @@ static int cmp_u32(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+#define SLOT_NONE UINT32_MAX
+
+/* The slot of a record: dense plans index by key group - kg_min while counting (before
+ * compact_slots), through the map after; sparse ones search the distinct key groups. */
 static size_t slot_of(const sec_plan *pl, uint32_t lf, uint32_t kg)
 {
     if (lf & WIRE_REC_META) return pl->nslots - 1;
-    if (!pl->uniq) return kg - pl->kg_min;
+    if (!pl->uniq) return pl->map ? pl->map[kg - pl->kg_min] : kg - pl->kg_min;
     size_t lo = 0, hi = pl->nuniq;
     while (hi - lo > 1) {
         size_t mid = (lo + hi) / 2;
@@ -220,6 +228,29 @@ static void place_runs(sec_plan *pl)
     pl->raw_len = off;
 }
 
+/* Drops a dense table's empty data slots (keeping the meta slot last) and maps each key
+ * group of the range to its slot: a section's slots are then as many as its runs (a writer's
+ * persist at 1,024 writers has ~30-60 of 128 key groups), and they are walked at each step. */
+static int compact_slots(sec_plan *pl)
+{
+    pl->range = pl->ndata ? (size_t)(pl->kg_max - pl->kg_min) + 1 : 0;
+    if (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))) return -ENOMEM;
+    size_t n = 0;
+    for (size_t j = 0; j < pl->range; j++) {
+        if (!pl->slots[j].count) {
+            pl->map[j] = SLOT_NONE;
+            continue;
+        }
+        pl->slots[n] = pl->slots[j];
+        pl->slots[n].kg = pl->kg_min + (uint32_t)j;
+        pl->map[j] = (uint32_t)n++;
+    }
+    pl->slots[n] = pl->slots[pl->nslots - 1];
+    pl->slots[n].kg = 0;
+    pl->nslots = n + 1;
+    return 0;
+}
+
 /* Builds the slot table (data slots by key group — dense over [kg_min, kg_max] when that
  * range is small next to the record count, else the sorted distinct key groups — then the
  * meta slot) with each run's size, from the scan's counts or a count pass, and assigns run
@@ -255,13 +286,18 @@ static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
     }
     free(c->tab);
     c->tab = NULL;
+    if (sparse) {
+        for (size_t j = 0; j < pl->nuniq; j++) slots[j].kg = pl->uniq[j];
+    } else if (compact_slots(pl) < 0) {
+        return -ENOMEM;
+    }
     place_runs(pl);
     return 0;
 }
 
-/* The plan from the writer's tally instead of a scan: dense slots over the tally's non-empty
- * key groups, then the meta slot. What it cannot know yet (that the records are whole and
- * match it) the copy checks. */
+/* The plan from the writer's tally instead of a scan: a slot for each of the tally's non-empty
+ * key groups, the map over their range, then the meta slot. What it cannot know yet (that the
+ * records are whole and match it) the copy checks. */
 static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
 {
     int rc = check_section_in(s, si, err);
@@ -271,11 +307,13 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wi
         return wire_fail(err, -EINVAL, "section %zu (%s): bad tally of %u key groups from %u", si,
                          s->writer_id, t->nkg, t->kg_lo);
     uint32_t lo = 0, hi = 0;
+    size_t nkg = 0;
     for (uint32_t j = 0; j < t->nkg; j++)
         if (t->kg[j].count) {
             if (!pl->ndata) lo = j;
             hi = j;
             pl->ndata += t->kg[j].count;
+            nkg++;
         }
     pl->nmeta = t->meta.count;
     if (pl->ndata + pl->nmeta != s->nrec)
@@ -285,15 +323,20 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wi
     pl->kg_min = pl->ndata ? t->kg_lo + lo : UINT32_MAX;
     pl->kg_max = pl->ndata ? t->kg_lo + hi : 0;
     pl->data_bytes = t->payload_bytes;
-    size_t range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
-    pl->nslots = range + 1;
-    if (!(pl->slots = calloc(pl->nslots, sizeof *pl->slots))) return -ENOMEM;
-    for (size_t j = 0; j < range; j++) {
-        pl->slots[j].count = t->kg[lo + j].count;
-        pl->slots[j].bytes = t->kg[lo + j].bytes;
+    pl->range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
+    pl->nslots = nkg + 1;
+    if (!(pl->slots = calloc(pl->nslots, sizeof *pl->slots)) ||
+        (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))))
+        return -ENOMEM;
+    for (size_t j = 0, n = 0; j < pl->range; j++) {
+        const wire_kg_tally *kt = &t->kg[lo + j];
+        pl->map[j] = kt->count ? (uint32_t)n : SLOT_NONE;
+        if (!kt->count) continue;
+        pl->slots[n] = (kg_slot){.count = kt->count, .bytes = kt->bytes, .kg = pl->kg_min + (uint32_t)j};
+        n++;
     }
-    pl->slots[range].count = t->meta.count;
-    pl->slots[range].bytes = t->meta.bytes;
+    pl->slots[nkg].count = t->meta.count;
+    pl->slots[nkg].bytes = t->meta.bytes;
     place_runs(pl);
     pl->checked = 1;
     return 0;
@@ -319,7 +362,7 @@ static inline __attribute__((always_inline)) int copy_records(const wire_section
                                                               uint8_t *body, const int checked)
 {
     kg_slot *slots = pl->slots;
-    const size_t ndense = pl->nslots - 1;
+    const size_t meta = pl->nslots - 1, range = pl->range;
     uint64_t i = 0;
     for (size_t sp = 0; sp < s->nspans; sp++) {
         const uint8_t *p = s->spans[sp].p, *end = p + s->spans[sp].len;
@@ -330,8 +373,11 @@ static inline __attribute__((always_inline)) int copy_records(const wire_section
             if (checked && rs > (size_t)(end - p)) return -1;
             kg_slot *k;
             if (checked) {
-                size_t j = lf & WIRE_REC_META ? ndense : (size_t)(uint32_t)(wire_le32(p + 4) - pl->kg_min);
-                if (!(lf & WIRE_REC_META) && j >= ndense) return -1;
+                size_t j = meta;
+                if (!(lf & WIRE_REC_META)) {
+                    size_t d = (size_t)(uint32_t)(wire_le32(p + 4) - pl->kg_min);
+                    if (d >= range || (j = pl->map[d]) == SLOT_NONE) return -1;   /* not in the tally */
+                }
                 k = &slots[j];
             } else {
                 k = &slots[slot_of(pl, lf, wire_le32(p + 4))];
@@ -420,6 +466,7 @@ static void enc_tmp_free(enc_tmp *t)
 {
     for (size_t i = 0; i < t->nplans; i++) {
         free(t->plans[i].uniq);
+        free(t->plans[i].map);
         free(t->plans[i].slots);
     }
     free(t->plans);
@@ -464,7 +511,7 @@ static const fpb_run *footer_runs(const enc_tmp *t, size_t i, size_t run0)
         const kg_slot *k = &pl->slots[j];
         if (!k->count) continue;
         const int meta = j == pl->nslots - 1;
-        t->fruns[r] = (fpb_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
+        t->fruns[r] = (fpb_run){.key_group = k->kg,
                                 .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
                                 .crc = k->crc, .tag = tags ? kr[r].tag : NULL, .tag_len = tags ? 16 : 0};
         r++;
@@ -530,7 +577,7 @@ static uint32_t seal_section(wire_seal *sl, const wire_section_in *s, const sec_
         const kg_slot *k = &pl->slots[j];
         if (!k->count) continue;
         int meta = j == pl->nslots - 1;
-        kr[r++] = (wire_kg_run){.key_group = meta ? 0 : pl->uniq ? pl->uniq[j] : pl->kg_min + (uint32_t)j,
+        kr[r++] = (wire_kg_run){.key_group = k->kg,
                                 .is_meta = meta, .offset = k->off, .len = k->bytes, .count = k->count,
                                 .crc = k->crc};
     }
