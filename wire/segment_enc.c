@@ -5,12 +5,8 @@
  * group straight into the output buffer. The counts come from the writer (the section's
  * wire_section_tally, kept at dstl_append while each record is at hand, 2-3 ns a record),
  * so the pipeline's encode is one pass over the records; a section without one (a retry's,
- * decoded back from a failed segment) gets a count pass first:
- *   pass 1 (scan)  only without a tally: walks the record headers: validates them, finds the
- *                  key-group range, and counts each key group's records and framed bytes (the
- *                  framing's varints depend on the seq gaps) into a table grown as key groups
- *                  appear; key groups too far apart for it get a count pass of their own
- *                  (plan_slots);
+ * decoded back from a failed segment) gets a count pass first (segment_plan.c):
+ *   pass 1 (scan)  only without a tally: counts each key group's records and framed bytes;
  *   pass 2 (copy)  writes each record's framing at its run's cursor and copies its payload
  *                  (a plain memcpy: scattered over one cursor per key group), checking each
  *                  record against the tally when there is one, then checksums each run where
@@ -26,321 +22,12 @@
  * written, so the output is allocated once, at its final size (or the codec bound, plus room
  * for padding when asked: footer_pad), and written last, by footer_enc.c (not protobuf-c).
  *
- * Key groups index the per-run counters directly when their range is small next to the
- * record count (the usual case: a task owns a contiguous range of key groups); otherwise the
- * distinct key groups are sorted and looked up by binary search, so the counters' memory is
- * always proportional to the records, never to the key-group values.
- *
  * Pure; any thread; the inputs are only read.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "wire/wire_int.h"
-
-typedef struct {
-    uint64_t count;     /* records */
-    uint64_t bytes;     /* framed bytes */
-    uint64_t expect;    /* seq (relative to the section) the next record's delta counts from */
-    uint64_t off;       /* run start in the raw body */
-    uint64_t cursor;    /* next write position in the raw body */
-    uint64_t seen;      /* records copied (checked against count when the counts were given) */
-    uint32_t crc;
-    uint32_t kg;        /* its key group (0 for the meta slot) */
-} kg_slot;
-
-typedef struct {
-    uint64_t ndata, nmeta, data_bytes, raw_len;
-    uint32_t kg_min, kg_max;
-    uint32_t *uniq;     /* sparse key groups: sorted distinct values, else NULL */
-    size_t nuniq;
-    kg_slot *slots;     /* data slots (key groups with records, ascending), then the meta slot */
-    size_t nslots;
-    uint32_t *map;      /* dense: the slot of key group kg_min + j, SLOT_NONE when it has no
-                         * records (range entries); NULL while counting, and when sparse */
-    size_t range;       /* dense: kg_max - kg_min + 1 (0 without data records) */
-    size_t nruns;
-    int checked;        /* the counts came from a tally: the copy checks the records against them */
-} sec_plan;
-
-/* Walks one section's records: `hdr` points at each record header in turn and `i` counts them
- * (the seq relative to the section). A macro, so that each pass compiles to one tight loop
- * (the passes are the encoder's whole cost). Only after scan_section has validated the spans. */
-#define FOR_EACH_RECORD(s, hdr, i, ...)                                                      \
-    do {                                                                                     \
-        uint64_t i = 0;                                                                      \
-        for (size_t sp_ = 0; sp_ < (s)->nspans; sp_++) {                                     \
-            const uint8_t *hdr = (s)->spans[sp_].p;                                          \
-            const uint8_t *end_ = hdr + (s)->spans[sp_].len;                                 \
-            while (hdr < end_) {                                                             \
-                __VA_ARGS__;                                                                 \
-                hdr += wire_rec_size(wire_le32(hdr) & WIRE_REC_MAX_LEN);                     \
-                i++;                                                                         \
-            }                                                                                \
-        }                                                                                    \
-    } while (0)
-
-static int cmp_u32(const void *a, const void *b)
-{
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-#define SLOT_NONE UINT32_MAX
-
-/* The slot of a record: dense plans index by key group - kg_min while counting (before
- * compact_slots), through the map after; sparse ones search the distinct key groups. */
-static size_t slot_of(const sec_plan *pl, uint32_t lf, uint32_t kg)
-{
-    if (lf & WIRE_REC_META) return pl->nslots - 1;
-    if (!pl->uniq) return pl->map ? pl->map[kg - pl->kg_min] : kg - pl->kg_min;
-    size_t lo = 0, hi = pl->nuniq;
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (pl->uniq[mid] <= kg) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-/* Adds record i (relative seq; payload len) to slot k: its framed size and the seq it follows. */
-static inline void slot_count(kg_slot *k, uint64_t i, size_t len)
-{
-    k->bytes += wire_varint_len(i - k->expect) + wire_varint_len(len) + len;
-    k->expect = i + 1;
-    k->count++;
-}
-
-/* The scan counts into a table indexed by key group - lo, grown as key groups appear, while it
- * spans at most DENSE_SPAN_MIN slots or the dense rule's 4 x records + 64; past that (key
- * groups far apart) it stops counting and plan_slots counts in a pass of its own. */
-#define DENSE_SPAN_MIN 4096u
-
-typedef struct {
-    kg_slot *tab;
-    uint64_t lo, cap;
-    kg_slot meta;
-    int off;            /* 1: gave up counting */
-} scan_count;
-
-/* Makes c's table cover kg (nseen data records so far). 0, 1 when it gave up, -ENOMEM. */
-static int cover(scan_count *c, uint32_t kg, uint64_t nseen)
-{
-    uint64_t nlo = c->cap && c->lo < kg ? c->lo : kg;
-    uint64_t nhi = c->cap && c->lo + c->cap > (uint64_t)kg + 1 ? c->lo + c->cap : (uint64_t)kg + 1;
-    uint64_t limit = 4 * nseen + 64 > DENSE_SPAN_MIN ? 4 * nseen + 64 : DENSE_SPAN_MIN;
-    if (nhi - nlo > limit) {
-        c->off = 1;
-        return 1;
-    }
-    uint64_t cap = 2 * c->cap > nhi - nlo ? 2 * c->cap : nhi - nlo;
-    if (cap < 8) cap = 8;   /* small: a commit-sized section holds one or two records */
-    if (cap > limit) cap = limit;
-    /* growing down leaves the headroom below, growing up above */
-    uint64_t lo = kg < c->lo && c->cap ? (nhi > cap ? nhi - cap : 0) : nlo;
-    if (lo > nlo) lo = nlo;
-    kg_slot *t = calloc((size_t)cap, sizeof *t);
-    if (!t) return -ENOMEM;
-    if (c->cap) memcpy(t + (c->lo - lo), c->tab, (size_t)c->cap * sizeof *t);
-    free(c->tab);
-    c->tab = t;
-    c->lo = lo;
-    c->cap = cap;
-    return 0;
-}
-
-/* Pass 1 (scan): validates the spans (whole records, count == nrec), finds the key-group
- * range, and counts each key group's records and framed bytes on the way (scan_count). */
-static int check_section_in(const wire_section_in *s, size_t si, wire_err *err)
-{
-    if (!s->writer_id || !s->writer_id[0])
-        return wire_fail(err, -EINVAL, "section %zu: empty writer id", si);
-    if (s->nrec == 0 || s->seq_first + s->nrec < s->seq_first)
-        return wire_fail(err, -EINVAL, "section %zu (%s): bad record count %llu at seq %llu", si,
-                         s->writer_id, (unsigned long long)s->nrec,
-                         (unsigned long long)s->seq_first);
-    return 0;
-}
-
-static int scan_section(const wire_section_in *s, size_t si, sec_plan *pl, scan_count *c, wire_err *err)
-{
-    int rc = check_section_in(s, si, err);
-    if (rc < 0) return rc;
-    uint64_t n = 0;
-    pl->kg_min = UINT32_MAX;
-    pl->kg_max = 0;
-    for (size_t sp = 0; sp < s->nspans; sp++) {
-        const uint8_t *p = s->spans[sp].p, *end = p + s->spans[sp].len;
-        while (p < end) {
-            uint32_t lf = (size_t)(end - p) >= WIRE_REC_HDR ? wire_le32(p) : 0;
-            size_t len = lf & WIRE_REC_MAX_LEN;
-            __builtin_prefetch(p + 1024);
-            if ((size_t)(end - p) < WIRE_REC_HDR || wire_rec_size(len) > (size_t)(end - p))
-                return wire_fail(err, -EINVAL, "section %zu (%s) span %zu offset %zu: torn record",
-                                 si, s->writer_id, sp, (size_t)(p - s->spans[sp].p));
-            if (lf & WIRE_REC_META) {
-                pl->nmeta++;
-                slot_count(&c->meta, n, len);
-            } else {
-                uint32_t kg = wire_le32(p + 4);
-                if (kg < pl->kg_min) pl->kg_min = kg;
-                if (kg > pl->kg_max) pl->kg_max = kg;
-                pl->ndata++;
-                if (!c->off && (kg < c->lo || kg - c->lo >= c->cap || !c->cap) &&
-                    (rc = cover(c, kg, pl->ndata)) < 0)
-                    return rc;
-                if (!c->off) slot_count(&c->tab[kg - c->lo], n, len);
-            }
-            pl->data_bytes += len;
-            p += wire_rec_size(len);
-            n++;
-        }
-    }
-    if (n != s->nrec)
-        return wire_fail(err, -EINVAL, "section %zu (%s): %llu records in spans, nrec %llu", si,
-                         s->writer_id, (unsigned long long)n, (unsigned long long)s->nrec);
-    return 0;
-}
-
-/* The fallback count pass, for key groups too far apart for the scan's table: framed size of
- * every run. */
-static void count_section(const wire_section_in *s, sec_plan *pl)
-{
-    kg_slot *slots = pl->slots;
-    FOR_EACH_RECORD(s, p, i, {
-        uint32_t lf = wire_le32(p);
-        slot_count(&slots[slot_of(pl, lf, wire_le32(p + 4))], i, lf & WIRE_REC_MAX_LEN);
-    });
-}
-
-/* Assigns each run its offset in the raw body (data runs by key group, meta last). */
-static void place_runs(sec_plan *pl)
-{
-    uint64_t off = 0;
-    for (size_t j = 0; j < pl->nslots; j++) {
-        kg_slot *k = &pl->slots[j];
-        k->off = k->cursor = off;
-        k->expect = 0;
-        k->crc = UINT32_MAX;   /* until copied: sizes the footer (proto3 omits a 0) */
-        off += k->bytes;
-        pl->nruns += k->count != 0;
-    }
-    pl->raw_len = off;
-}
-
-/* Drops a dense table's empty data slots (keeping the meta slot last) and maps each key
- * group of the range to its slot: a section's slots are then as many as its runs (a writer's
- * persist at 1,024 writers has ~30-60 of 128 key groups), and they are walked at each step. */
-static int compact_slots(sec_plan *pl)
-{
-    pl->range = pl->ndata ? (size_t)(pl->kg_max - pl->kg_min) + 1 : 0;
-    if (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))) return -ENOMEM;
-    size_t n = 0;
-    for (size_t j = 0; j < pl->range; j++) {
-        if (!pl->slots[j].count) {
-            pl->map[j] = SLOT_NONE;
-            continue;
-        }
-        pl->slots[n] = pl->slots[j];
-        pl->slots[n].kg = pl->kg_min + (uint32_t)j;
-        pl->map[j] = (uint32_t)n++;
-    }
-    pl->slots[n] = pl->slots[pl->nslots - 1];
-    pl->slots[n].kg = 0;
-    pl->nslots = n + 1;
-    return 0;
-}
-
-/* Builds the slot table (data slots by key group — dense over [kg_min, kg_max] when that
- * range is small next to the record count, else the sorted distinct key groups — then the
- * meta slot) with each run's size, from the scan's counts or a count pass, and assigns run
- * offsets (data runs by key group, meta last). Frees c's table. */
-static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
-{
-    uint64_t range = pl->ndata ? (uint64_t)pl->kg_max - pl->kg_min + 1 : 0;
-    int sparse = range > 4 * pl->ndata + 64;
-    if (sparse) {
-        pl->uniq = malloc(pl->ndata * sizeof *pl->uniq);
-        if (!pl->uniq) return -ENOMEM;
-        size_t k = 0;
-        FOR_EACH_RECORD(s, p, i, {
-            (void)i;
-            if (!(wire_le32(p) & WIRE_REC_META)) pl->uniq[k++] = wire_le32(p + 4);
-        });
-        qsort(pl->uniq, k, sizeof *pl->uniq, cmp_u32);
-        size_t u = 0;
-        for (size_t j = 0; j < k; j++)
-            if (u == 0 || pl->uniq[u - 1] != pl->uniq[j]) pl->uniq[u++] = pl->uniq[j];
-        pl->nuniq = u;
-        range = u;
-    }
-    pl->nslots = (size_t)range + 1;
-    pl->slots = calloc(pl->nslots, sizeof *pl->slots);
-    if (!pl->slots) return -ENOMEM;
-    kg_slot *slots = pl->slots;
-    if (sparse || c->off) {
-        count_section(s, pl);
-    } else {
-        if (range) memcpy(slots, c->tab + (pl->kg_min - c->lo), (size_t)range * sizeof *slots);
-        slots[pl->nslots - 1] = c->meta;
-    }
-    free(c->tab);
-    c->tab = NULL;
-    if (sparse) {
-        for (size_t j = 0; j < pl->nuniq; j++) slots[j].kg = pl->uniq[j];
-    } else if (compact_slots(pl) < 0) {
-        return -ENOMEM;
-    }
-    place_runs(pl);
-    return 0;
-}
-
-/* The plan from the writer's tally instead of a scan: a slot for each of the tally's non-empty
- * key groups, the map over their range, then the meta slot. What it cannot know yet (that the
- * records are whole and match it) the copy checks. */
-static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
-{
-    int rc = check_section_in(s, si, err);
-    if (rc < 0) return rc;
-    const wire_section_tally *t = s->tally;
-    if (t->nkg && (!t->kg || (uint64_t)t->kg_lo + t->nkg - 1 > UINT32_MAX))
-        return wire_fail(err, -EINVAL, "section %zu (%s): bad tally of %u key groups from %u", si,
-                         s->writer_id, t->nkg, t->kg_lo);
-    uint32_t lo = 0, hi = 0;
-    size_t nkg = 0;
-    for (uint32_t j = 0; j < t->nkg; j++)
-        if (t->kg[j].count) {
-            if (!pl->ndata) lo = j;
-            hi = j;
-            pl->ndata += t->kg[j].count;
-            nkg++;
-        }
-    pl->nmeta = t->meta.count;
-    if (pl->ndata + pl->nmeta != s->nrec)
-        return wire_fail(err, -EINVAL, "section %zu (%s): its tally counts %llu records, nrec %llu", si,
-                         s->writer_id, (unsigned long long)(pl->ndata + pl->nmeta),
-                         (unsigned long long)s->nrec);
-    pl->kg_min = pl->ndata ? t->kg_lo + lo : UINT32_MAX;
-    pl->kg_max = pl->ndata ? t->kg_lo + hi : 0;
-    pl->data_bytes = t->payload_bytes;
-    pl->range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
-    pl->nslots = nkg + 1;
-    if (!(pl->slots = calloc(pl->nslots, sizeof *pl->slots)) ||
-        (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))))
-        return -ENOMEM;
-    for (size_t j = 0, n = 0; j < pl->range; j++) {
-        const wire_kg_tally *kt = &t->kg[lo + j];
-        pl->map[j] = kt->count ? (uint32_t)n : SLOT_NONE;
-        if (!kt->count) continue;
-        pl->slots[n] = (kg_slot){.count = kt->count, .bytes = kt->bytes, .kg = pl->kg_min + (uint32_t)j};
-        n++;
-    }
-    pl->slots[nkg].count = t->meta.count;
-    pl->slots[nkg].bytes = t->meta.bytes;
-    place_runs(pl);
-    pl->checked = 1;
-    return 0;
-}
+#include "wire/segment_plan.h"
 
 /* A value below 2^14 as a varint, in the low bytes of a register: one byte below 0x80, else
  * two. Without branches (a run's records are often one key-group-count apart, which straddles
@@ -351,6 +38,7 @@ static inline uint32_t varint14(uint32_t v, unsigned *n)
     *n = 1 + two;
     return two ? (v & 0x7f) | 0x80 | (v >> 7) << 8 : v;
 }
+
 /* Pass 2 (copy): writes the raw body (pl->raw_len bytes): each record's framing at its run's
  * cursor, then its payload. The runs' cursors are scattered over the body (one per key
  * group), too many streams for the hardware prefetcher: each record asks for the lines its
@@ -465,9 +153,7 @@ typedef struct {
 static void enc_tmp_free(enc_tmp *t)
 {
     for (size_t i = 0; i < t->nplans; i++) {
-        free(t->plans[i].uniq);
-        free(t->plans[i].map);
-        free(t->plans[i].slots);
+        plan_free(&t->plans[i]);
     }
     free(t->plans);
     free(t->fsecs);
@@ -706,15 +392,7 @@ static int plan_sections(const wire_seg_opts *o, const wire_section_in *secs, si
 {
     for (size_t i = 0; i < nsecs; i++) {
         sec_plan *pl = &t->plans[i];
-        int rc;
-        if (secs[i].tally) {
-            rc = plan_from_tally(&secs[i], i, pl, err);
-        } else {
-            scan_count c = {0};
-            rc = scan_section(&secs[i], i, pl, &c, err);
-            if (rc == 0) rc = plan_slots(&secs[i], pl, &c);
-            free(c.tab);
-        }
+        int rc = plan_section(&secs[i], i, pl, err);
         if (rc < 0) return rc;
         if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0)
             return wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
