@@ -171,13 +171,16 @@ static void place_runs(sec_plan *pl)
     pl->raw_len = off;
 }
 
+/* Bytes of a block of n slots and a map of range entries after them (one allocation a section). */
+static size_t slots_block(size_t n, size_t range) { return n * sizeof(kg_slot) + range * sizeof(uint32_t); }
+
 /* Drops a dense table's empty data slots (keeping the meta slot last) and maps each key
  * group of the range to its slot: a section's slots are then as many as its runs (a writer's
  * persist at 1,024 writers has ~30-60 of 128 key groups), and they are walked at each step. */
 static int compact_slots(sec_plan *pl)
 {
     pl->range = pl->ndata ? (size_t)(pl->kg_max - pl->kg_min) + 1 : 0;
-    if (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))) return -ENOMEM;
+    pl->map = (uint32_t *)(pl->slots + pl->nslots);   /* plan_slots left it room: past every slot */
     size_t n = 0;
     for (size_t j = 0; j < pl->range; j++) {
         if (!pl->slots[j].count) {
@@ -218,7 +221,7 @@ static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
         range = u;
     }
     pl->nslots = (size_t)range + 1;
-    pl->slots = calloc(pl->nslots, sizeof *pl->slots);
+    pl->slots = calloc(1, slots_block(pl->nslots, sparse ? 0 : (size_t)range));
     if (!pl->slots) return -ENOMEM;
     kg_slot *slots = pl->slots;
     if (sparse || c->off) {
@@ -268,9 +271,8 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wi
     pl->data_bytes = t->payload_bytes;
     pl->range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
     pl->nslots = nkg + 1;
-    if (!(pl->slots = calloc(pl->nslots, sizeof *pl->slots)) ||
-        (pl->range && !(pl->map = malloc(pl->range * sizeof *pl->map))))
-        return -ENOMEM;
+    if (!(pl->slots = calloc(1, slots_block(pl->nslots, pl->range)))) return -ENOMEM;
+    pl->map = (uint32_t *)(pl->slots + pl->nslots);
     for (size_t j = 0, n = 0; j < pl->range; j++) {
         const wire_kg_tally *kt = &t->kg[lo + j];
         pl->map[j] = kt->count ? (uint32_t)n : SLOT_NONE;
@@ -298,6 +300,5 @@ int plan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *er
 void plan_free(sec_plan *pl)
 {
     free(pl->uniq);
-    free(pl->slots);
-    free(pl->map);
+    free(pl->slots);   /* and the map in its block */
 }

@@ -27,7 +27,8 @@ typedef struct {
     kg_slot *slots;     /* data slots (key groups with records, ascending), then the meta slot */
     size_t nslots;
     uint32_t *map;      /* dense: the slot of key group kg_min + j, SLOT_NONE when it has no
-                         * records (range entries); NULL while counting, and when sparse */
+                         * records (range entries, in the slots' block); NULL while counting,
+                         * and when sparse */
     size_t range;       /* dense: kg_max - kg_min + 1 (0 without data records) */
     size_t nruns;
     int checked;        /* the counts came from a tally: the copy checks the records against them */
