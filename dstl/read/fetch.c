@@ -161,6 +161,15 @@ void fetch_unused(fetch_set *f, extent *x)
     if (x->state == X_READY || x->state == X_QUEUED) x->state = X_RELEASED;
 }
 
+/* Counts x's object as fetched, once (objects_fetched). Under mu, on the set's thread. */
+static void count_fetched(fetch_set *f, extent *x)
+{
+    x->counted = 1;
+    if (f->objs[x->obj].fetched) return;
+    f->objs[x->obj].fetched = 1;
+    f->st.objects_fetched++;
+}
+
 /* ---- the thread ---- */
 
 static void on_get(void *ctx, const s3_result *res)
@@ -191,10 +200,8 @@ static void on_get(void *ctx, const s3_result *res)
     } else {
         x->state = X_READY;
         atomic_store(&x->got, x->len);
-        if (!f->objs[x->obj].fetched) {
-            f->objs[x->obj].fetched = 1;
-            f->st.objects_fetched++;
-        }
+        count_fetched(f, x);
+        f->st.gets_completed++;
     }
     /* a failed extent's streamed bytes stay while readers hold uses (they may point there) */
     if (x->uses == 0) fetch_unused(f, x);
@@ -204,11 +211,18 @@ static void on_get(void *ctx, const s3_result *res)
 
 /* The GET handed over [0, n) of the extent (the set's thread, inside the client's loop):
  * readers waiting for bytes below that are woken. An answer naming another object length
- * hands nothing over (on_get reports it). */
+ * hands nothing over (on_get reports it). Its object counts as fetched from its first bytes
+ * on, before any reader can have them: readers served as the bytes stream in may be done
+ * before the GET's completion (on_get) runs. */
 static void on_progress(void *ctx, size_t n, uint64_t object_size)
 {
     extent *x = ctx;
     if (object_size != x->obj_len || n > x->len) return;
+    if (n && !x->counted) {
+        pthread_mutex_lock(&x->f->mu);
+        count_fetched(x->f, x);
+        pthread_mutex_unlock(&x->f->mu);
+    }
     s3_stats cs;
     s3_client_stats(x->f->o.cli, &cs);
     atomic_store(&x->f->bytes_in, cs.bytes_received);

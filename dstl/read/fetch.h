@@ -77,9 +77,10 @@ typedef struct {
 } fetch_opts;
 
 typedef struct {
-    uint64_t objects, objects_fetched;   /* objects named / of which some GET succeeded */
+    uint64_t objects, objects_fetched;   /* objects named / of which some GET handed bytes over */
     uint64_t requests, retries, bytes_fetched;  /* the set's client: attempts, response bytes */
     uint64_t failures;                   /* GETs that failed after every attempt */
+    uint64_t gets_completed;             /* GETs that ended with every byte of their extent */
     uint64_t bytes_delivered;            /* bytes fetch_read copied out */
     uint64_t hits, waits, declined;      /* reads: served at once / after waiting / answered 0 */
     uint64_t held_bytes, held_peak_bytes;

@@ -42,6 +42,7 @@ typedef struct extent {
     int uses, waiters;
     int reserved;               /* the reserve hook counted len */
     int first;                  /* fetched before the object's other extents (fetch_first) */
+    int counted;                /* its object is counted fetched (the set's thread only) */
     uint64_t started_ms;        /* when its GET started */
     _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
     _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
