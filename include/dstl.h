@@ -419,6 +419,9 @@ typedef struct {
     uint64_t direct_reads;      /* reads the plan left to the reader's own GET (over the bound,
                                    already released, or never planned) */
     uint64_t held_bytes, held_peak_bytes;   /* fetched bytes held in memory now / at most */
+    uint64_t footers_parsed;    /* segment footers parsed into the index the plan's readers share
+                                   (once per object; the first record's as soon as it is in,
+                                   before any reader asks) */
 } dstl_restore_stats;
 
 /* Plans a restore of n entries (n >= 1; every handle non-NULL; first <= last) and starts
