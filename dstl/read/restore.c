@@ -644,7 +644,7 @@ const wire_index *restore_index(dstl_restore *p, int64_t obj)
             continue;
         }
         if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) continue;
-    int now = index_load(p, o, o->g);
+        int now = index_load(p, o, o->g);
         atomic_store_explicit(&o->ix_state, now, memory_order_release);
         ix_wake(&o->ix_state);
         if (now != IX_PARSED) return NULL;  /* IX_NONE: this reader reads the footer itself */
