@@ -422,6 +422,9 @@ typedef struct {
     uint64_t footers_parsed;    /* segment footers parsed into the index the plan's readers share
                                    (once per object; the first record's as soon as it is in,
                                    before any reader asks) */
+    uint64_t memory_touched_bytes;  /* memory the fetched bytes have taken up: the plan reuses
+                                   what readers released, so about held_peak_bytes (rounded up
+                                   to 64 KiB per extent), not bytes_fetched */
 } dstl_restore_stats;
 
 /* Plans a restore of n entries (n >= 1; every handle non-NULL; first <= last) and starts

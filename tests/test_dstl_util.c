@@ -1,6 +1,6 @@
 /*
  * Small components: the u64 hash map (registry), the latency histogram (stats), the
- * pipeline's segment buffer pool and the writers' chunk pool.
+ * pipeline's segment buffer pool, the writers' chunk pool and the restore's arena.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -11,6 +11,7 @@
 
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
+#include "dstl/read/arena.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
 #include "dstl/u64map.h"
@@ -141,4 +142,57 @@ Test(dstl_chunks, the_pool_may_fill_the_headroom_under_max_in_flight_and_at_leas
     s->locked.pipe.in_flight_bytes = 120u << 20;                /* retained sections may exceed it */
     cr_assert_eq(chunk_pool_room(s), CHUNK_POOL_MIN);
     free(s);
+}
+
+/* ---- a restore's arena (dstl/read/arena.c) ---- */
+
+Test(dstl_arena, a_released_run_is_taken_again_lowest_first_so_the_touched_memory_stays_at_the_most_held)
+{
+    const uint64_t mb = 1u << 20;
+    fetch_arena *a = arena_new(16 * mb);
+    cr_assert_not_null(a);
+    arena_stats st;
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.reserved, 16 * mb);
+    uint8_t *x = arena_take(a, 3 * mb), *y = arena_take(a, 5 * mb + 1);
+    cr_assert(x && y);
+    cr_assert_eq((uintptr_t)x % (2u << 20), 0, "the arena starts on a huge page");
+    cr_assert_eq(y, x + 3 * mb, "the second run follows the first");
+    cr_assert(arena_owns(a, x) && arena_owns(a, y + 5 * mb) && !arena_owns(a, x + 16 * mb) && !arena_owns(a, NULL));
+    memset(x, 1, 3 * mb);
+    memset(y, 2, 5 * mb + 1);
+    arena_get_stats(a, &st);
+    uint64_t hw = 8 * mb + ARENA_BLOCK_BYTES;           /* y's last byte takes a block of its own */
+    cr_assert_eq(st.high_water, hw);
+    cr_assert_eq(st.in_use, hw);
+    /* x's blocks given back: a smaller run takes them, not new memory */
+    arena_give(a, x, 3 * mb);
+    uint8_t *z = arena_take(a, 2 * mb);
+    cr_assert_eq(z, x, "the lowest free run is reused");
+    uint8_t *w = arena_take(a, 1 * mb);
+    cr_assert_eq(w, x + 2 * mb, "and the rest of it next");
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.high_water, hw, "reuse touched no new memory");
+    cr_assert_eq(st.reuses, 2);
+    /* a run longer than any hole goes above the high-water mark; one longer than what is left
+     * is refused (the caller maps its own) */
+    uint8_t *v = arena_take(a, 4 * mb);
+    cr_assert_eq(v, x + hw);
+    cr_assert_null(arena_take(a, 4 * mb), "16 MiB reserved, 12 MiB + a block taken");
+    cr_assert_null(arena_take(a, 17 * mb));
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.misses, 1);
+    cr_assert_eq(st.takes, 5);
+    arena_give(a, y, 5 * mb + 1);
+    arena_give(a, z, 2 * mb);
+    arena_give(a, w, 1 * mb);
+    arena_give(a, v, 4 * mb);
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.in_use, 0);
+    cr_assert_eq(arena_take(a, 16 * mb), x, "everything given back: one run of the whole arena");
+    uint8_t *base = x;
+    arena_free(a);
+    cr_assert(!mapped(base) && !mapped(base + 16 * mb - 1), "arena_free left its reservation mapped");
+    cr_assert_null(arena_new(0), "no budget, no arena");
+    arena_free(NULL);
 }

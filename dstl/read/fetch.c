@@ -79,23 +79,29 @@ int fetch_grow(void **p, size_t *cap, size_t need, size_t elem)
 
 static size_t huge_round(uint64_t len) { return (size_t)((len + FETCH_HUGE_BYTES - 1) & ~(FETCH_HUGE_BYTES - 1)); }
 
-static uint8_t *buf_alloc(uint64_t len)
+/* An extent's buffer: from the set's arena (arena.h: memory the restore touched already, reused),
+ * else, when no run of its blocks is free, a fresh one: huge pages for a large extent. */
+static uint8_t *buf_alloc(fetch_set *f, uint64_t len)
 {
+    uint8_t *a = arena_take(f->arena, len);
+    if (a) return a;
+    f->fresh_bytes += len;
     if (len < FETCH_HUGE_BYTES) return malloc(len ? (size_t)len : 1);
     size_t size = huge_round(len), map = size + FETCH_HUGE_BYTES;
     uint8_t *p = mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    uint8_t *a = (uint8_t *)(((uintptr_t)p + FETCH_HUGE_BYTES - 1) & ~(uintptr_t)(FETCH_HUGE_BYTES - 1));
+    a = (uint8_t *)(((uintptr_t)p + FETCH_HUGE_BYTES - 1) & ~(uintptr_t)(FETCH_HUGE_BYTES - 1));
     if (a > p) munmap(p, (size_t)(a - p));
     if (p + map > a + size) munmap(a + size, (size_t)(p + map - (a + size)));
     (void)madvise(a, size, MADV_HUGEPAGE);      /* a hint: without it, 4 KiB pages */
     return a;
 }
 
-static void buf_free(uint8_t *p, uint64_t len)
+static void buf_free(fetch_set *f, uint8_t *p, uint64_t len)
 {
     if (!p) return;
-    if (len < FETCH_HUGE_BYTES) free(p);
+    if (arena_owns(f->arena, p)) arena_give(f->arena, p, len);
+    else if (len < FETCH_HUGE_BYTES) free(p);
     else munmap(p, huge_round(len));
 }
 
@@ -146,7 +152,7 @@ static void set_state(extent *x, int st)
 
 static void drop_bytes(fetch_set *f, extent *x)
 {
-    buf_free(x->buf, x->len);
+    buf_free(f, x->buf, x->len);
     x->buf = NULL;
     f->held -= x->len;
     if (x->reserved && f->o.unreserve) f->o.unreserve(f->o.reserve_ctx, x->len);
@@ -367,7 +373,7 @@ static void admit(fetch_set *f)
         }
         f->blocked_since_ms = 0;
         const object *ob = &f->objs[x->obj];
-        x->buf = buf_alloc(x->len);
+        x->buf = buf_alloc(f, x->len);
         f->held += x->len;
         if (f->held > f->st.held_peak_bytes) f->st.held_peak_bytes = f->held;
         atomic_store(&x->got, 0);
@@ -433,11 +439,15 @@ int fetch_new(const fetch_opts *o, fetch_set **out)
         return err_fail(-ENOMEM, "restore: out of memory");
     }
     f->o = *o;
+    /* twice the budget: first fit then rarely finds the held bytes' holes too small, and the
+     * address space costs nothing until touched. NULL: each extent maps its own. */
+    f->arena = arena_new(o->budget_bytes > ARENA_MAX_BYTES ? ARENA_MAX_BYTES : 2 * o->budget_bytes);
     pthread_mutex_init(&f->mu, NULL);
     int rc = pthread_create(&f->thread, NULL, fetch_thread, f);
     if (rc) {
         s3_client_free(o->cli);
         pthread_mutex_destroy(&f->mu);
+        arena_free(f->arena);
         free(f);
         return err_fail(-rc, "restore: cannot start the fetch thread: %s", strerror(rc));
     }
@@ -467,6 +477,7 @@ void fetch_free(fetch_set *f)
         free(ob->key);
     }
     free(f->objs);
+    arena_free(f->arena);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -615,6 +626,9 @@ void fetch_get_stats(fetch_set *f, fetch_stats *out)
     pthread_mutex_lock(&f->mu);
     *out = f->st;
     out->held_bytes = f->held;
+    arena_stats as;
+    arena_get_stats(f->arena, &as);
+    out->memory_touched_bytes = as.high_water + f->fresh_bytes;
     pthread_mutex_unlock(&f->mu);
     /* a reader may have taken bytes the fetch thread's turn has not counted yet (it copies the
      * client's totals once a turn) */

@@ -14,8 +14,10 @@
  *            its round trip costs more than its unneeded bytes). Each pending range adds
  *            a use to every extent it overlaps; fetch_release of the same range drops it.
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
- *            order (an object's prio, then offset), at most max_gets at once, and only while the
- *            bytes held plus in flight stay within budget_bytes (and the reserve hook agrees).
+ *            order (an object's prio, then offset), at most
+ *            max_gets at once, and only while the bytes held plus in flight stay within
+ *            budget_bytes (and the reserve hook agrees); their bytes live in the set's arena
+ *            (arena.h), reused as readers release them.
  *            fetch_first marks a range of an object (at most two per object) to be an extent of
  *            its own, fetched before every other extent (the restore plan's first objects: their
  *            footers, and the first section a reader needs, arrive before the rest); the
@@ -84,6 +86,7 @@ typedef struct {
     uint64_t bytes_delivered;            /* bytes fetch_read copied out */
     uint64_t hits, waits, declined;      /* reads: served at once / after waiting / answered 0 */
     uint64_t held_bytes, held_peak_bytes;
+    uint64_t memory_touched_bytes;       /* the arena's high-water mark + buffers allocated outside it */
 } fetch_stats;
 
 /* Starts the set's thread. Returns 0, -ENOMEM or the thread's error (detail set). */

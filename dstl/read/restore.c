@@ -506,7 +506,7 @@ int dstl_restore_get_stats(dstl_restore *p, dstl_restore_stats *out)
         .objects_fetched = fs.objects_fetched, .get_requests = fs.requests + p->own_requests,
         .bytes_fetched = fs.bytes_fetched + p->own_bytes, .bytes_delivered = fs.bytes_delivered,
         .cache_hits = fs.hits, .direct_reads = p->direct, .held_bytes = fs.held_bytes,
-        .held_peak_bytes = fs.held_peak_bytes,
+        .held_peak_bytes = fs.held_peak_bytes, .memory_touched_bytes = fs.memory_touched_bytes,
         .footers_parsed = atomic_load_explicit(&p->footers_parsed, memory_order_relaxed)};
     pthread_mutex_unlock(&p->mu);
     return 0;

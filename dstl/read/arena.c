@@ -1,0 +1,115 @@
+/*
+ * dstl/read/arena.c — a restore's reused memory (arena.h): one reservation, a bitmap of its
+ * blocks, first fit from the lowest address so that reuse keeps to the pages already touched.
+ */
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "dstl/read/arena.h"
+
+#define HUGE_BYTES (2ull << 20)   /* the reservation is aligned to a huge page, and asks for them */
+
+struct fetch_arena {
+    uint8_t *base;
+    uint64_t reserved;
+    size_t nblocks;
+    uint64_t *bits;     /* a set bit: the block is taken */
+    arena_stats st;
+};
+
+static size_t blocks_of(uint64_t len) { return (size_t)((len + ARENA_BLOCK_BYTES - 1) / ARENA_BLOCK_BYTES); }
+static int taken(const fetch_arena *a, size_t b) { return (int)(a->bits[b / 64] >> (b % 64) & 1); }
+
+static void mark(fetch_arena *a, size_t b, size_t n, int on)
+{
+    for (size_t i = b; i < b + n; i++) {
+        uint64_t m = 1ull << (i % 64);
+        a->bits[i / 64] = on ? a->bits[i / 64] | m : a->bits[i / 64] & ~m;
+    }
+}
+
+fetch_arena *arena_new(uint64_t max_bytes)
+{
+    if (max_bytes == 0) return NULL;
+    if (max_bytes > ARENA_MAX_BYTES) max_bytes = ARENA_MAX_BYTES;
+    uint64_t size = (max_bytes + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1);
+    fetch_arena *a = calloc(1, sizeof *a);
+    if (!a) return NULL;
+    a->nblocks = (size_t)(size / ARENA_BLOCK_BYTES);
+    a->bits = calloc((a->nblocks + 63) / 64, sizeof *a->bits);
+    size_t map = (size_t)(size + HUGE_BYTES);
+    uint8_t *p = a->bits ? mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                         : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        free(a->bits);
+        free(a);
+        return NULL;
+    }
+    uint8_t *b = (uint8_t *)(((uintptr_t)p + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+    if (b > p) munmap(p, (size_t)(b - p));
+    if (p + map > b + size) munmap(b + size, (size_t)(p + map - (b + size)));
+    (void)madvise(b, (size_t)size, MADV_HUGEPAGE);     /* a hint: without it, 4 KiB pages */
+    a->base = b;
+    a->reserved = a->st.reserved = size;
+    return a;
+}
+
+void arena_free(fetch_arena *a)
+{
+    if (!a) return;
+    munmap(a->base, (size_t)a->reserved);
+    free(a->bits);
+    free(a);
+}
+
+/* The first block of the lowest run of n free blocks, or nblocks when there is none. Whole
+ * words are skipped while taken. */
+static size_t find_run(const fetch_arena *a, size_t n)
+{
+    size_t run = 0;
+    for (size_t b = 0; b < a->nblocks;) {
+        if (b % 64 == 0 && a->bits[b / 64] == UINT64_MAX) {
+            run = 0;
+            b += 64;
+            continue;
+        }
+        run = taken(a, b) ? 0 : run + 1;
+        b++;
+        if (run == n) return b - n;
+    }
+    return a->nblocks;
+}
+
+uint8_t *arena_take(fetch_arena *a, uint64_t len)
+{
+    if (!a || len == 0 || len > a->reserved) return NULL;
+    size_t n = blocks_of(len), b = find_run(a, n);
+    if (b == a->nblocks) {
+        a->st.misses++;
+        return NULL;
+    }
+    mark(a, b, n, 1);
+    uint64_t end = (uint64_t)(b + n) * ARENA_BLOCK_BYTES;
+    a->st.takes++;
+    if (end <= a->st.high_water) a->st.reuses++;
+    else a->st.high_water = end;
+    a->st.in_use += (uint64_t)n * ARENA_BLOCK_BYTES;
+    return a->base + (uint64_t)b * ARENA_BLOCK_BYTES;
+}
+
+int arena_owns(const fetch_arena *a, const uint8_t *p)
+{
+    return a && p >= a->base && p < a->base + a->reserved;
+}
+
+void arena_give(fetch_arena *a, uint8_t *p, uint64_t len)
+{
+    size_t b = (size_t)((uint64_t)(p - a->base) / ARENA_BLOCK_BYTES), n = blocks_of(len);
+    mark(a, b, n, 0);
+    a->st.in_use -= (uint64_t)n * ARENA_BLOCK_BYTES;
+}
+
+void arena_get_stats(const fetch_arena *a, arena_stats *out)
+{
+    *out = a ? a->st : (arena_stats){0};
+}
