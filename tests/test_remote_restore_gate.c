@@ -441,6 +441,29 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
 }
 
+/* The GETs the gate saw, as indices into names (the object each GET's path ends with), each
+ * object once, in the order its first GET came; every GET must name one of them. Returns how
+ * many objects order holds. */
+static int gets_order(const char *const *names, int nn, int *order)
+{
+    int n = 0;
+    pthread_mutex_lock(&G.mu);
+    for (int q = 0; q < G.nreq; q++) {
+        int wi = -1;
+        size_t pl = strlen(G.req_path[q]);
+        for (int i = 0; i < nn; i++) {
+            size_t nl = strlen(names[i]);
+            if (pl >= nl && strcmp(G.req_path[q] + pl - nl, names[i]) == 0) wi = i;
+        }
+        cr_assert_geq(wi, 0, "GET %d names none of the objects: %s", q, G.req_path[q]);
+        int seen = 0;
+        for (int k = 0; k < n; k++) seen |= order[k] == wi;
+        if (!seen && n < nn) order[n++] = wi;
+    }
+    pthread_mutex_unlock(&G.mu);
+    return n;
+}
+
 Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_need_them)
 {
     /* Tasks restore at once and open their readers in about entry order; each task's object
@@ -484,22 +507,10 @@ Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_n
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
 
     /* the writer of each GET's object, each object once, in the order the GETs came */
-    int order[NO], n = 0;
-    pthread_mutex_lock(&G.mu);
-    for (int q = 0; q < G.nreq; q++) {
-        int wi = -1;
-        size_t pl = strlen(G.req_path[q]);
-        for (int i = 0; i < NO; i++) {
-            const char *nm = h[i]->wh->segs[0].name;
-            size_t nl = strlen(nm);
-            if (pl >= nl && strcmp(G.req_path[q] + pl - nl, nm) == 0) wi = i;
-        }
-        cr_assert_geq(wi, 0, "GET %d names no writer's segment: %s", q, G.req_path[q]);
-        int seen = 0;
-        for (int k = 0; k < n; k++) seen |= order[k] == wi;
-        if (!seen && n < NO) order[n++] = wi;
-    }
-    pthread_mutex_unlock(&G.mu);
+    const char *names[NO];
+    for (int i = 0; i < NO; i++) names[i] = h[i]->wh->segs[0].name;
+    int order[NO];
+    int n = gets_order(names, NO, order);
     cr_assert_eq(n, NO, "GETs of %d objects, %d named", n, NO);
     for (int k = 2; k < n; k++)   /* after the first record's object: entry order, descending writers */
         cr_assert_lt(order[k], order[k - 1], "object %d fetched was writer %d's, after writer %d's (the entries name "
@@ -806,4 +817,78 @@ Test(remote_restore_gate, the_first_record_comes_from_an_early_entry_not_a_cheap
     cr_assert(found, "entry 0's first section (%llu-%llu of %s) is not among the plan's first GETs (%d noted)",
               (unsigned long long)pc->offset, (unsigned long long)(pc->offset + pc->stored_len - 1), name, n);
     for (uint32_t i = 0; i < NW; i++) dstl_handle_free(last[i]);
+}
+
+Test(remote_restore_gate, tasks_sharing_segments_get_them_in_written_order_whatever_task_starts_later)
+{
+    /* Two tasks' handles of one writer share its segments: entry 0 materialized later (its
+     * handle: the last two segments), entry 1 earlier (all six). Readers read at once, so the
+     * task with the most left to read is the restore's critical path and its first segments
+     * go first: the objects are fetched in written order, one GET at a time, while no reader
+     * waits for anything (a waiting reader's extent would go first, rightly). Ordered by the
+     * first entry naming them, entry 1's first two came last while entry 0's were held. */
+    enum { NS = 6, PER = 16 };
+    dstl_storage *ws = t_remote_open(&fx, wdir, NULL);
+    dstl_writer *w;
+    cr_assert_eq(dstl_writer_open(ws, "shared", 0, 15, &w), 0, "%s", dstl_last_error());
+    dstl_handle *full = NULL, *late = NULL;
+    uint64_t late_from = 0;
+    uint8_t buf[1024];
+    for (uint32_t r = 0; r < NS; r++) {                     /* a segment per round */
+        if (r == NS - 2) late_from = dstl_writer_next_seq(w);
+        for (uint32_t k = 0; k < PER; k++) {
+            uint64_t seq = dstl_writer_next_seq(w);
+            size_t len = payload_make(PAYLOAD_RANDOM, r, seq, sizeof buf, buf);
+            cr_assert_eq(dstl_append(w, k, buf, len), 0, "%s", dstl_last_error());
+        }
+        dstl_future *f;
+        cr_assert_eq(dstl_persist(w, r == NS - 1 ? late_from : 0, r + 1, &f), 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_future_wait(f, 60000), 0);
+        dstl_handle *h;
+        cr_assert_eq(dstl_future_result(f, &h), 0, "%s", dstl_last_error());
+        dstl_future_free(f);
+        if (r == NS - 1) late = h;
+        else dstl_handle_free(h);
+    }
+    dstl_future *f;                                         /* nothing new: the same six segments */
+    cr_assert_eq(dstl_persist(w, 0, NS + 1, &f), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_future_wait(f, 60000), 0);
+    cr_assert_eq(dstl_future_result(f, &full), 0, "%s", dstl_last_error());
+    dstl_future_free(f);
+    cr_assert_eq(dstl_writer_close(w), 0);
+    cr_assert_eq(dstl_storage_close(ws), 0, "%s", dstl_last_error());
+    cr_assert_eq(full->wh->nsegs, NS, "the full handle names %zu segments", full->wh->nsegs);
+    cr_assert_eq(late->wh->nsegs, 2, "the late handle names %zu segments", late->wh->nsegs);
+    cr_assert_str_eq(late->wh->segs[0].name, full->wh->segs[NS - 2].name);
+
+    dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
+    dstl_restore_entry e[2] = {{(const dstl_handle *const *)&late, 1, 0, 15},
+                               {(const dstl_handle *const *)&full, 1, 0, 15}};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, 2, &p), 0, "%s", dstl_last_error());
+    dstl_restore_stats st;
+    for (int i = 0; i < 60000; i++) {                       /* no reader: every object fetched */
+        cr_assert_eq(dstl_restore_get_stats(p, &st), 0);
+        if (st.bytes_fetched >= st.object_bytes) break;
+        usleep(1000);
+    }
+    cr_assert_geq(st.bytes_fetched, st.object_bytes, "the plan fetched %lu of %lu bytes", (unsigned long)st.bytes_fetched,
+                  (unsigned long)st.object_bytes);
+    read_entries_but_first(p, 2, NS * PER, 2 * PER);        /* entry 1: every round; entry 0: two */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    /* each GET's segment (its index in the full handle), each once, in the order they came */
+    const char *names[NS];
+    for (int i = 0; i < NS; i++) names[i] = full->wh->segs[i].name;
+    int order[NS];
+    int n = gets_order(names, NS, order);
+    cr_assert_eq(n, NS, "GETs of %d segments, %d named", n, NS);
+    /* after the first record's object (fetched first, whichever it is; objects this small are
+     * one GET each, fetch_first included): written order */
+    for (int k = 2; k < n; k++)
+        cr_assert_gt(order[k], order[k - 1], "segment %d fetched after segment %d (in order: %d %d %d %d %d %d)",
+                     order[k], order[k - 1], order[0], order[1], order[2], order[3], order[4], order[5]);
+    dstl_handle_free(full);
+    dstl_handle_free(late);
 }

@@ -241,10 +241,14 @@ static void on_progress(void *ctx, size_t n, uint64_t object_size)
 
 /* The order of queued extents: those marked first (fetch_first: small, and the readers of
  * their objects wait for them to start at all), then the rest of such objects (those readers
- * start on their sections as the bytes stream in), then by the object's prio, then offset. */
+ * start on their sections as the bytes stream in), then extents a reader already waits for
+ * (its reader is idle until they come; the prio order guessed wrong for it), then by the
+ * object's prio, then offset. */
 static int64_t extent_rank(const object *ob, const extent *x)
 {
-    return x->first ? ob->prio - 2 * (INT64_MAX / 4) : ob->nfirst ? ob->prio - INT64_MAX / 4 : ob->prio;
+    if (x->first) return ob->prio - 2 * (INT64_MAX / 4);
+    if (ob->nfirst) return ob->prio - INT64_MAX / 4;
+    return x->waiters ? ob->prio - INT64_MAX / 8 : ob->prio;
 }
 
 static extent *next_queued(fetch_set *f)

@@ -14,7 +14,7 @@
  *            its round trip costs more than its unneeded bytes). Each pending range adds
  *            a use to every extent it overlaps; fetch_release of the same range drops it.
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
- *            order (an object's prio, then offset), at most
+ *            order (an extent a reader waits for, then an object's prio, then offset), at most
  *            max_gets at once, and only while the bytes held plus in flight stay within
  *            budget_bytes (and the reserve hook agrees); their bytes live in the set's arena
  *            (arena.h), reused as readers release them.
@@ -94,7 +94,8 @@ int fetch_new(const fetch_opts *o, fetch_set **out);
 /* Stops the thread (GETs in flight are cancelled), frees everything. NULL is fine. */
 void fetch_free(fetch_set *f);
 
-/* Names an object; *id identifies it from now on. Lower prio is fetched first. */
+/* Names an object; *id identifies it from now on. Lower prio is fetched first (after the
+ * extents marked first and those a reader already waits for). */
 int fetch_object(fetch_set *f, const char *bucket, const char *key, uint64_t object_len, int64_t prio,
                  uint32_t *id);
 /* A pending range [off, off + len) of object id, with one use. -EINVAL outside the object. */

@@ -63,7 +63,9 @@ typedef struct {
     uint32_t fid;               /* the fetch set's id */
     int footer_first;           /* its footer is fetched first (mark_footers_first) */
     int early;                  /* the first record's object (plan_first_record) */
-    size_t first_entry, first_handle;   /* the first (entry, handle) naming it: its fetch order */
+    size_t first_entry, first_handle;   /* the first (entry, handle) naming it */
+    size_t chain;               /* the most segments an entry naming it reads from it on, itself
+                                 * included: its fetch order (restore_name_objects) */
     _Atomic int ix_state;       /* IX_*: ix is read only after IX_PARSED is seen (acquire) */
     wire_index *ix;             /* shared by the readers: read-only once parsed */
 } plan_obj;
