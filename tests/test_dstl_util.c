@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
@@ -195,4 +196,39 @@ Test(dstl_arena, a_released_run_is_taken_again_lowest_first_so_the_touched_memor
     cr_assert(!mapped(base) && !mapped(base + 16 * mb - 1), "arena_free left its reservation mapped");
     cr_assert_null(arena_new(0), "no budget, no arena");
     arena_free(NULL);
+}
+
+Test(dstl_arena, the_prefault_thread_backs_pages_ahead_of_the_high_water_mark_without_changing_a_byte)
+{
+    const uint64_t mb = 1u << 20;
+    fetch_arena *small = arena_new(ARENA_PREFAULT_MIN / 2);
+    arena_prefault(small);                                  /* too small: no thread */
+    fetch_arena *a = arena_new(ARENA_PREFAULT_MIN);
+    cr_assert(small && a);
+    uint8_t *x = arena_take(a, 8 * mb);
+    cr_assert_not_null(x);
+    for (uint64_t i = 0; i < 8 * mb; i++) x[i] = (uint8_t)(i * 7 + 3);
+    arena_prefault(a);
+    arena_prefault(a);                                      /* once */
+    uint8_t *y = arena_take(a, 4 * mb);                     /* raises the mark while it runs */
+    cr_assert_eq(y, x + 8 * mb);
+    for (uint64_t i = 0; i < 4 * mb; i++) y[i] = (uint8_t)(i * 13 + 1);
+    arena_stats st = {0};
+    for (int i = 0; i < 20000 && st.populated < 12 * mb + ARENA_PREFAULT_AHEAD; i++) {
+        usleep(1000);
+        arena_get_stats(a, &st);
+    }
+    cr_assert_geq(st.populated, 12 * mb + ARENA_PREFAULT_AHEAD, "faulted in %lu bytes, the mark at %lu",
+                  (unsigned long)st.populated, (unsigned long)st.high_water);
+    usleep(20000);                                          /* and no further */
+    arena_get_stats(a, &st);
+    cr_assert_leq(st.populated, 12 * mb + ARENA_PREFAULT_AHEAD + (2u << 20));
+    for (uint64_t i = 0; i < 8 * mb; i++)
+        if (x[i] != (uint8_t)(i * 7 + 3)) cr_assert_fail("byte %lu of a run written before the thread changed", (unsigned long)i);
+    for (uint64_t i = 0; i < 4 * mb; i++)
+        if (y[i] != (uint8_t)(i * 13 + 1)) cr_assert_fail("byte %lu of a run written beside the thread changed", (unsigned long)i);
+    arena_get_stats(small, &st);
+    cr_assert_eq(st.populated, 0, "an arena below ARENA_PREFAULT_MIN is faulted in by its users only");
+    arena_free(a);
+    arena_free(small);
 }

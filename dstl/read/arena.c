@@ -2,6 +2,8 @@
  * dstl/read/arena.c — a restore's reused memory (arena.h): one reservation, a bitmap of its
  * blocks, first fit from the lowest address so that reuse keeps to the pages already touched.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -15,6 +17,14 @@ struct fetch_arena {
     size_t nblocks;
     uint64_t *bits;     /* a set bit: the block is taken */
     arena_stats st;
+    /* the prefault thread (arena_prefault) */
+    pthread_t th;
+    int running;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    _Atomic uint64_t high;      /* st.high_water, for the thread */
+    _Atomic uint64_t populated; /* bytes from base the thread has faulted in */
 };
 
 static size_t blocks_of(uint64_t len) { return (size_t)((len + ARENA_BLOCK_BYTES - 1) / ARENA_BLOCK_BYTES); }
@@ -54,9 +64,53 @@ fetch_arena *arena_new(uint64_t max_bytes)
     return a;
 }
 
+/* Faults the arena's pages in ahead of its high-water mark, on a thread of its own, so the
+ * fetch thread's receive finds them backed: MADV_POPULATE_WRITE maps them writable without
+ * writing them, so it may run over pages an extent is being written into. */
+static void *prefault_thread(void *arg)
+{
+    fetch_arena *a = arg;
+    uint64_t done = 0;
+    pthread_mutex_lock(&a->mu);
+    while (!a->stop) {
+        uint64_t want = atomic_load(&a->high) + ARENA_PREFAULT_AHEAD;
+        if (want > a->reserved) want = a->reserved;
+        if (done >= want) {
+            pthread_cond_wait(&a->cv, &a->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&a->mu);
+        int rc = madvise(a->base + done, (size_t)HUGE_BYTES, MADV_POPULATE_WRITE);
+        pthread_mutex_lock(&a->mu);
+        if (rc != 0) break;     /* an older kernel: the fetch thread faults them in itself */
+        done += HUGE_BYTES;
+        atomic_store(&a->populated, done);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+void arena_prefault(fetch_arena *a)
+{
+    if (!a || a->running || a->reserved < ARENA_PREFAULT_MIN) return;
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    a->running = pthread_create(&a->th, NULL, prefault_thread, a) == 0;
+    if (a->running) (void)pthread_setname_np(a->th, "dstl-prefault");
+}
+
 void arena_free(fetch_arena *a)
 {
     if (!a) return;
+    if (a->running) {
+        pthread_mutex_lock(&a->mu);
+        a->stop = 1;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+        pthread_join(a->th, NULL);
+        pthread_mutex_destroy(&a->mu);
+        pthread_cond_destroy(&a->cv);
+    }
     munmap(a->base, (size_t)a->reserved);
     free(a->bits);
     free(a);
@@ -91,8 +145,17 @@ uint8_t *arena_take(fetch_arena *a, uint64_t len)
     mark(a, b, n, 1);
     uint64_t end = (uint64_t)(b + n) * ARENA_BLOCK_BYTES;
     a->st.takes++;
-    if (end <= a->st.high_water) a->st.reuses++;
-    else a->st.high_water = end;
+    if (end <= a->st.high_water) {
+        a->st.reuses++;
+    } else {
+        a->st.high_water = end;
+        if (a->running) {
+            atomic_store(&a->high, end);
+            pthread_mutex_lock(&a->mu);
+            pthread_cond_signal(&a->cv);
+            pthread_mutex_unlock(&a->mu);
+        }
+    }
     a->st.in_use += (uint64_t)n * ARENA_BLOCK_BYTES;
     return a->base + (uint64_t)b * ARENA_BLOCK_BYTES;
 }
@@ -112,4 +175,5 @@ void arena_give(fetch_arena *a, uint8_t *p, uint64_t len)
 void arena_get_stats(const fetch_arena *a, arena_stats *out)
 {
     *out = a ? a->st : (arena_stats){0};
+    if (a) out->populated = atomic_load(&((fetch_arena *)a)->populated);
 }

@@ -25,10 +25,16 @@ typedef struct fetch_arena fetch_arena;
 
 /* Reserves address space for max_bytes (rounded up to whole blocks; capped at ARENA_MAX_BYTES:
  * a larger budget is served by the arena up to that, by fresh mappings beyond). The pages are
- * touched only as allocations use them. NULL when max_bytes is 0 or the reservation fails
+ * touched only as allocations use them (and arena_prefault's thread, ahead of them). NULL when max_bytes is 0 or the reservation fails
  * (the caller then maps each buffer itself, as before). */
 fetch_arena *arena_new(uint64_t max_bytes);
-/* Unmaps the whole reservation. NULL is fine. */
+/* Starts a thread that faults the pages in ahead of the high-water mark (ARENA_PREFAULT_AHEAD),
+ * on the other core, so that whoever writes into a new run finds them backed (the fetch
+ * thread's receive then does not stop at each page the host backs). Only for an arena of at
+ * least ARENA_PREFAULT_MIN (a small bound's few MB cost little to fault in, and the 32 MB ahead
+ * would be far more than it holds). Once; NULL is fine. */
+void arena_prefault(fetch_arena *a);
+/* Stops that thread and unmaps the whole reservation. NULL is fine. */
 void arena_free(fetch_arena *a);
 
 /* len bytes (len > 0) at the lowest run of free blocks that holds them, or NULL when no run is
@@ -45,6 +51,8 @@ typedef struct {
     uint64_t high_water;  /* the end of the highest block ever taken: the most of it touched */
     uint64_t takes, reuses;  /* runs taken / of which lay wholly below the high-water mark then */
     uint64_t misses;      /* takes that found no run long enough */
+    uint64_t populated;   /* bytes from the start the prefault thread has faulted in (the
+                             * memory touched is the larger of this and high_water) */
 } arena_stats;
 void arena_get_stats(const fetch_arena *a, arena_stats *out);
 
@@ -54,5 +62,9 @@ void arena_get_stats(const fetch_arena *a, arena_stats *out);
 /* The most address space one arena reserves (the default budget, dstl.cache.max-size 1gb,
  * fits four times). */
 #define ARENA_MAX_BYTES (4ull << 30)
+/* How far past the high-water mark the prefault thread goes, and the smallest arena it runs
+ * for (the default bound, 1gb, reserves 2 GiB). */
+#define ARENA_PREFAULT_AHEAD (32ull << 20)
+#define ARENA_PREFAULT_MIN (256ull << 20)
 
 #endif

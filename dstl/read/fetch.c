@@ -446,6 +446,7 @@ int fetch_new(const fetch_opts *o, fetch_set **out)
     /* twice the budget: first fit then rarely finds the held bytes' holes too small, and the
      * address space costs nothing until touched. NULL: each extent maps its own. */
     f->arena = arena_new(o->budget_bytes > ARENA_MAX_BYTES ? ARENA_MAX_BYTES : 2 * o->budget_bytes);
+    arena_prefault(f->arena);
     pthread_mutex_init(&f->mu, NULL);
     int rc = pthread_create(&f->thread, NULL, fetch_thread, f);
     if (rc) {
@@ -632,7 +633,7 @@ void fetch_get_stats(fetch_set *f, fetch_stats *out)
     out->held_bytes = f->held;
     arena_stats as;
     arena_get_stats(f->arena, &as);
-    out->memory_touched_bytes = as.high_water + f->fresh_bytes;
+    out->memory_touched_bytes = (as.populated > as.high_water ? as.populated : as.high_water) + f->fresh_bytes;
     pthread_mutex_unlock(&f->mu);
     /* a reader may have taken bytes the fetch thread's turn has not counted yet (it copies the
      * client's totals once a turn) */
