@@ -376,6 +376,9 @@ static void admit(fetch_set *f)
             return;
         }
         f->blocked_since_ms = 0;
+        /* the bulk begins: the arena's pages are faulted in ahead from now on, not while the
+         * first GETs and the server answering them need the cores (the first record) */
+        if (!x->first) arena_prefault(f->arena);
         const object *ob = &f->objs[x->obj];
         x->buf = buf_alloc(f, x->len);
         f->held += x->len;
@@ -446,7 +449,6 @@ int fetch_new(const fetch_opts *o, fetch_set **out)
     /* twice the budget: first fit then rarely finds the held bytes' holes too small, and the
      * address space costs nothing until touched. NULL: each extent maps its own. */
     f->arena = arena_new(o->budget_bytes > ARENA_MAX_BYTES ? ARENA_MAX_BYTES : 2 * o->budget_bytes);
-    arena_prefault(f->arena);
     pthread_mutex_init(&f->mu, NULL);
     int rc = pthread_create(&f->thread, NULL, fetch_thread, f);
     if (rc) {
