@@ -19,7 +19,7 @@ struct fetch_arena {
     arena_stats st;
     /* the prefault thread (arena_prefault) */
     pthread_t th;
-    int running;
+    int tried, running;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
@@ -92,7 +92,8 @@ static void *prefault_thread(void *arg)
 
 void arena_prefault(fetch_arena *a)
 {
-    if (!a || a->running || a->reserved < ARENA_PREFAULT_MIN) return;
+    if (!a || a->tried || a->reserved < ARENA_PREFAULT_MIN) return;
+    a->tried = 1;               /* once, also when the thread cannot start */
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     a->running = pthread_create(&a->th, NULL, prefault_thread, a) == 0;
@@ -108,6 +109,8 @@ void arena_free(fetch_arena *a)
         pthread_cond_signal(&a->cv);
         pthread_mutex_unlock(&a->mu);
         pthread_join(a->th, NULL);
+    }
+    if (a->tried) {
         pthread_mutex_destroy(&a->mu);
         pthread_cond_destroy(&a->cv);
     }
