@@ -274,6 +274,16 @@ static dstl_storage *open_through_gate_with(const char *key, const char *val)
 
 static dstl_storage *open_through_gate(void) { return open_through_gate_with(NULL, NULL); }
 
+/* A plan of NW entries, entry i restoring last[i] over all key groups (a task per writer). */
+static dstl_restore *plan_each(dstl_storage *s, dstl_handle **last)
+{
+    dstl_restore_entry e[NW];
+    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    return p;
+}
+
 /* Waits up to secs for *done (set under mu, cv signalled); returns it. */
 static int wait_done(pthread_mutex_t *mu, pthread_cond_t *cv, const int *done, int secs)
 {
@@ -316,10 +326,7 @@ Test(remote_restore_gate, a_reader_gets_its_first_record_before_its_object_has_a
     dstl_storage *s = open_through_gate();
 
     gate_set(&G, 1);
-    dstl_restore_entry e[NW];
-    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore *p = plan_each(s, last);
     first_read fr = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     cr_assert_eq(dstl_restore_reader_open(p, 0, 0, &fr.r), 0, "%s", dstl_last_error());
     pthread_t t;
@@ -409,10 +416,7 @@ Test(remote_restore_gate, the_first_gets_of_a_plan_are_a_section_and_a_footer_no
     dstl_handle *last[NW];
     write_all(last);
     dstl_storage *s = open_through_gate();
-    dstl_restore_entry e[NW];
-    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore *p = plan_each(s, last);
     read_entries(p, NW, (uint64_t)ROUNDS * PER_ROUND);
     cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
@@ -693,10 +697,7 @@ Test(remote_restore_gate, the_rest_of_a_restore_waits_for_the_first_record_a_rea
     dstl_handle *last[NW];
     write_all(last);
     dstl_storage *s = open_through_gate_held();
-    dstl_restore_entry e[NW];
-    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore *p = plan_each(s, last);
     dstl_restore_stats st;
     dstl_restore_get_stats(p, &st);
     uint64_t before = fetched_when_still(p);
@@ -746,7 +747,7 @@ Test(remote_restore_gate, the_rest_of_a_restore_waits_for_the_first_record_a_rea
 
     /* without a reader the gate opens by itself at its bound (20 ms by default) */
     s = open_through_gate();
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    p = plan_each(s, last);
     dstl_restore_get_stats(p, &st);
     after = fetched_when_still(p);
     cr_assert_geq(after, st.object_bytes * 9 / 10, "no reader: the plan fetched %lu of %lu bytes",
@@ -767,10 +768,7 @@ Test(remote_restore_gate, the_first_records_footer_is_parsed_as_it_arrives_befor
     dstl_handle *last[NW];
     write_all(last);
     dstl_storage *s = open_through_gate_held();
-    dstl_restore_entry e[NW];
-    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore *p = plan_each(s, last);
     dstl_restore_stats st = {0};
     for (int i = 0; i < 200 && st.footers_parsed == 0; i++) {     /* 10 s at most */
         usleep(50000);
@@ -798,10 +796,7 @@ Test(remote_restore_gate, the_first_record_comes_from_an_early_entry_not_a_cheap
     dstl_handle *last[NW];
     write_job(last, 2);
     dstl_storage *s = open_through_gate();
-    dstl_restore_entry e[NW];
-    for (uint32_t i = 0; i < NW; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&last[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NW, &p), 0, "%s", dstl_last_error());
+    dstl_restore *p = plan_each(s, last);
     (void)fetched_when_still(p);
     cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
