@@ -94,6 +94,7 @@ void arena_prefault(fetch_arena *a)
 {
     if (!a || a->tried || a->reserved < ARENA_PREFAULT_MIN) return;
     a->tried = 1;               /* once, also when the thread cannot start */
+    atomic_store(&a->high, a->st.high_water);   /* ahead of what is taken already */
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     a->running = pthread_create(&a->th, NULL, prefault_thread, a) == 0;
