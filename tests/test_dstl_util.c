@@ -12,7 +12,7 @@
 
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
-#include "dstl/read/arena.h"
+#include "dstl/arena.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
 #include "dstl/u64map.h"
@@ -96,6 +96,66 @@ Test(dstl_bufpool, large_buffers_start_on_a_huge_page_and_unmap_whole)
     cr_assert(!mapped(data) && !mapped(data + cap - 1) && !mapped(b), "pool_free left part of a buffer mapped");
 }
 
+/* Whether any page of [p, p + len) is resident (mincore). */
+static int any_resident(const uint8_t *p, size_t len)
+{
+    size_t pages = (len + POOL_PAGE - 1) / POOL_PAGE;
+    unsigned char *v = calloc(pages, 1);
+    cr_assert_not_null(v);
+    cr_assert_eq(mincore((void *)p, len, v), 0);
+    int any = 0;
+    for (size_t i = 0; i < pages; i++) any |= v[i] & 1;
+    free(v);
+    return any;
+}
+
+Test(dstl_bufpool, segment_buffers_reuse_the_arenas_pages_and_keep_at_most_its_idle_bound)
+{
+    const size_t mb = 1u << 20;
+    buf_pool p = {.arena_bytes = 128 * mb};
+    size_t cap = 0;
+    uint8_t *a = pool_get(&p, 13 * mb + 5, &cap);
+    cr_assert_not_null(a);
+    cr_assert_not_null(p.arena, "the arena is reserved at the first buffer");
+    cr_assert(arena_owns(p.arena, a));
+    cr_assert_eq((uintptr_t)a % (2u << 20), 0, "O_DIRECT and huge pages: the first buffer starts on one");
+    cr_assert_eq(cap, 13 * mb + ARENA_BLOCK_BYTES, "the capacity counted is the blocks taken");
+    memset(a, 0x5a, cap);
+    pool_put(&p, a);
+    cr_assert_eq(pool_idle_bytes(&p), cap, "a segment's pages stay for the next");
+    uint8_t *b = pool_get(&p, 11 * mb, &cap);
+    cr_assert_eq(b, a, "the next segment takes the same pages");
+    cr_assert_eq(b[0], 0x5a, "reused, not faulted in anew");
+    /* more than the idle bound held, then given back: what is beyond the bound goes (whole
+     * huge pages, from the top), the rest stays */
+    uint8_t *c = pool_get(&p, 40 * mb, &cap);
+    cr_assert_eq(c, a + 11 * mb, "lowest first: right after the one held");
+    memset(c, 1, 40 * mb);
+    pool_put(&p, c);
+    cr_assert_leq(pool_idle_bytes(&p), POOL_ARENA_IDLE);
+    cr_assert_geq(pool_idle_bytes(&p), POOL_ARENA_IDLE - (2u << 20));
+    cr_assert(!any_resident(a + 11 * mb + POOL_ARENA_IDLE + (2u << 20), 40 * mb - POOL_ARENA_IDLE - (4u << 20)),
+              "pages beyond the idle bound are given back");
+    /* larger than the arena's free runs: a mapping of its own, unmapped on put */
+    uint8_t *d = pool_get(&p, 200 * mb, &cap);
+    cr_assert_not_null(d);
+    cr_assert(!arena_owns(p.arena, d));
+    pool_put(&p, d);
+    cr_assert_eq(p.idle_bytes, 0, "a mapping beyond POOL_MAX_BYTES is not kept");
+    pool_put(&p, b);
+    pool_trim(&p);
+    cr_assert_eq(pool_idle_bytes(&p), 0, "idle: every page of the arena goes back");
+    cr_assert(!any_resident(a, 64 * mb));
+    pool_free(&p);
+    cr_assert_null(p.arena);
+    buf_pool none = {0};
+    uint8_t *e = pool_get(&none, 64u << 10, &cap);
+    cr_assert(e && !none.arena, "no arena asked for: the pool's mappings");
+    cr_assert_eq((uintptr_t)e % POOL_PAGE, 0);
+    pool_put(&none, e);
+    pool_free(&none);
+}
+
 /* ---- writers' chunk pool (dstl/chunks.c) ---- */
 
 Test(dstl_chunks, freed_chunks_are_kept_by_their_touched_pages_within_the_room_given)
@@ -145,12 +205,12 @@ Test(dstl_chunks, the_pool_may_fill_the_headroom_under_max_in_flight_and_at_leas
     free(s);
 }
 
-/* ---- a restore's arena (dstl/read/arena.c) ---- */
+/* ---- reused memory (dstl/arena.c): a restore's fetched bytes, the pipeline's segments ---- */
 
 Test(dstl_arena, a_released_run_is_taken_again_lowest_first_so_the_touched_memory_stays_at_the_most_held)
 {
     const uint64_t mb = 1u << 20;
-    fetch_arena *a = arena_new(16 * mb);
+    mem_arena *a = arena_new(16 * mb);
     cr_assert_not_null(a);
     arena_stats st;
     arena_get_stats(a, &st);
@@ -198,12 +258,46 @@ Test(dstl_arena, a_released_run_is_taken_again_lowest_first_so_the_touched_memor
     arena_free(NULL);
 }
 
+Test(dstl_arena, trim_gives_back_whole_free_huge_pages_from_the_top_and_keeps_what_it_is_told)
+{
+    const uint64_t mb = 1u << 20, huge = 2u << 20;
+    mem_arena *a = arena_new(32 * mb);
+    cr_assert_not_null(a);
+    uint8_t *x = arena_take(a, 3 * mb), *y = arena_take(a, 9 * mb), *z = arena_take(a, 4 * mb);
+    cr_assert(x && y && z);
+    memset(x, 1, 16 * mb);
+    arena_stats st;
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.resident, 16 * mb);
+    cr_assert_eq(arena_trim(a, 0), 0, "nothing free, nothing given back");
+    arena_give(a, y, 9 * mb);           /* free: 3..12 MiB; whole huge pages in it: 4..12 */
+    cr_assert_eq(arena_trim(a, 5 * mb), 4 * mb, "the top huge pages until at most 5 MiB idle");
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.resident - st.in_use, 5 * mb);
+    cr_assert(!any_resident(y + 5 * mb, 4 * mb) && any_resident(y + 5 * mb - POOL_PAGE, POOL_PAGE));
+    cr_assert_eq(arena_trim(a, 0), 4 * mb, "the huge page x shares (2..4 MiB) stays whole");
+    cr_assert(any_resident(x + 2 * mb, huge) && !any_resident(x + 4 * mb, 8 * mb));
+    cr_assert_eq(x[0], 1, "a taken run is never trimmed");
+    cr_assert_eq(z[4 * mb - 1], 1);
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.trimmed, 8 * mb);
+    cr_assert_eq(st.resident, 8 * mb, "x's 3 MiB and its huge page's last MiB, z's 4 MiB");
+    /* trimmed blocks taken again count as resident again */
+    uint8_t *w = arena_take(a, 8 * mb);
+    cr_assert_eq(w, y);
+    cr_assert_eq(arena_len(a, w), 8 * mb);
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.resident, 15 * mb, "its blocks 4..11 MiB again; 3..4 had kept theirs");
+    arena_free(a);
+    cr_assert_eq(arena_trim(NULL, 0), 0);
+}
+
 Test(dstl_arena, the_prefault_thread_backs_pages_ahead_of_the_high_water_mark_without_changing_a_byte)
 {
     const uint64_t mb = 1u << 20;
-    fetch_arena *small = arena_new(ARENA_PREFAULT_MIN / 2);
+    mem_arena *small = arena_new(ARENA_PREFAULT_MIN / 2);
     arena_prefault(small);                                  /* too small: no thread */
-    fetch_arena *a = arena_new(ARENA_PREFAULT_MIN);
+    mem_arena *a = arena_new(ARENA_PREFAULT_MIN);
     cr_assert(small && a);
     uint8_t *x = arena_take(a, 8 * mb);
     cr_assert_not_null(x);

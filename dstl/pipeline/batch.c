@@ -281,15 +281,16 @@ static void *seg_alloc(void *ctx, size_t len)
     batch *b = ctx;
     dstl_storage *s = b->s;
     pipeline_loop *loop = b->loop;
-    pooled_buf *buf = pool_take(&loop->pool, len);
-    size_t cap = buf ? buf->cap : (len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE;
+    size_t cap = 0;
+    void *buf = pool_get(&loop->pool, len, &cap);
+    if (!buf) return NULL;      /* out of memory: the count goes with the batch (batch_end) */
     pthread_mutex_lock(&s->mu);
     uint64_t extra = cap > b->reserve ? cap - b->reserve : 0;
     if (extra && s->locked.pipe.in_flight_bytes + extra > s->conf.max_in_flight_bytes && loop->inflight_list) {
         s->locked.pipe.flush_need = extra;
         b->deferred = 1;
         pthread_mutex_unlock(&s->mu);
-        pool_put(&loop->pool, buf ? buf + 1 : NULL);
+        pool_put(&loop->pool, buf);
         return NULL;
     }
     s->locked.pipe.in_flight_bytes = s->locked.pipe.in_flight_bytes + cap - b->reserve;
@@ -299,8 +300,7 @@ static void *seg_alloc(void *ctx, size_t len)
     s->locked.pipe.flush_need = 0;
     pthread_cond_broadcast(&s->room_cv);
     pthread_mutex_unlock(&s->mu);
-    if (!buf) buf = pool_new(cap);
-    return buf ? buf + 1 : NULL;   /* out of memory: the count goes with the batch (batch_end) */
+    return buf;
 }
 
 static void seg_release(void *ctx, void *ptr)

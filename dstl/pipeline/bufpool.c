@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "dstl/arena.h"
 #include "dstl/pipeline/pipeline_int.h"
 
 /* Segment buffers are mapped, not malloc'd: glibc raises its mmap threshold to the size of
@@ -60,9 +61,44 @@ pooled_buf *pool_take(buf_pool *p, size_t len)
     return b;
 }
 
+void *pool_get(buf_pool *p, size_t len, size_t *cap)
+{
+    if (!p->arena_tried && p->arena_bytes) {
+        p->arena_tried = 1;
+        p->arena = arena_new(p->arena_bytes);
+    }
+    uint8_t *a = arena_take(p->arena, len);
+    if (a) {
+        *cap = (size_t)arena_len(p->arena, a);
+        return a;
+    }
+    pooled_buf *b = pool_take(p, len);
+    if (!b) b = pool_new((len + POOL_PAGE - 1) / POOL_PAGE * POOL_PAGE);
+    if (!b) return NULL;
+    *cap = b->cap;
+    return b + 1;
+}
+
+void pool_trim(buf_pool *p)
+{
+    (void)arena_trim(p->arena, 0);
+}
+
+uint64_t pool_idle_bytes(const buf_pool *p)
+{
+    arena_stats st;
+    arena_get_stats(p->arena, &st);
+    return st.resident - st.in_use;
+}
+
 void pool_put(buf_pool *p, void *ptr)
 {
     if (!ptr) return;
+    if (arena_owns(p->arena, ptr)) {
+        arena_give(p->arena, ptr, arena_len(p->arena, ptr));
+        (void)arena_trim(p->arena, POOL_ARENA_IDLE);
+        return;
+    }
     pooled_buf *b = (pooled_buf *)ptr - 1;
     if (p->idle_bytes + b->cap > POOL_MAX_BYTES) {
         pool_drop(b);
@@ -81,4 +117,6 @@ void pool_free(buf_pool *p)
     }
     p->free_list = NULL;
     p->idle_bytes = 0;
+    arena_free(p->arena);
+    p->arena = NULL;
 }

@@ -328,8 +328,8 @@ static int wait_for_work(pipeline_loop *loop)
         timeout_ms = (int)((wait_ns + 999999) / 1000000);
     }
     if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-    if (loop->idle_since_ns && chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN) {
-        /* idle: wake to trim the chunk pool (idle_trim) */
+    if (loop->idle_since_ns && (chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN || pool_idle_bytes(&loop->pool))) {
+        /* idle: wake to trim the chunk pool and the segment buffers' arena (idle_trim) */
         uint64_t due = loop->idle_since_ns + CHUNK_POOL_IDLE_NS, now = now_ns();
         int ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
         if (timeout_ms < 0 || ms < timeout_ms) {
@@ -421,7 +421,10 @@ static void idle_trim(pipeline_loop *loop)
     }
     uint64_t now = now_ns();
     if (!loop->idle_since_ns) loop->idle_since_ns = now;
-    else if (now - loop->idle_since_ns >= CHUNK_POOL_IDLE_NS) chunk_pool_trim(&loop->s->chunks, CHUNK_POOL_MIN);
+    else if (now - loop->idle_since_ns >= CHUNK_POOL_IDLE_NS) {
+        chunk_pool_trim(&loop->s->chunks, CHUNK_POOL_MIN);
+        pool_trim(&loop->pool);
+    }
 }
 
 /* Whether a closing storage is done: nothing open, in flight, queued or to delete. */
@@ -439,6 +442,8 @@ static void *pipeline_main(void *arg)
 {
     pipeline_loop loop = {.s = arg, .lease = {.written = lease_written}};
     dstl_storage *s = loop.s;
+    /* segment buffers: what is in flight at once, twice (a run may not fit in the free ones) */
+    loop.pool.arena_bytes = 2 * s->conf.max_in_flight_bytes;
     /* A batch's deadline is a ppoll timeout, and Linux lets a timer fire up to the thread's
      * timer slack late (50 us by default) to coalesce wake-ups. This thread sleeps on a
      * deadline only while a batch is open, and that lateness is every persist's: at light

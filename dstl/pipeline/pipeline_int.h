@@ -6,7 +6,7 @@
  *   loop.c     the event loop: queue to open batch, flush decisions, deletes, deadlines
  *   batch.c    a batch's life: encode, its two copies, the durability point, reaping
  *   lease.c    the run's lease object
- *   bufpool.c  reused segment buffers
+ *   bufpool.c  reused segment buffers (an arena, dstl/arena.h, and mappings beside it)
  *   retain.c   records held once: released at encoding, rebuilt for a failed batch's retry
  * Calls go loop -> batch -> lease -> (callback) and every file -> bufpool; none go back.
  */
@@ -69,7 +69,8 @@ typedef struct batch {
 } batch;
 
 /* Segment buffers are reused: a fresh page costs a fault (microseconds on a VM), which for a
- * 10 MiB segment costs more than encoding it. Each buffer keeps its capacity in a header; new
+ * 10 MiB segment costs more than encoding it. They come from the arena below first; the pool's
+ * own mappings serve what the arena cannot hold. Each such buffer keeps its capacity in a header; new
  * ones are sized to the page, and a pooled one is reused only when it is at most a quarter
  * larger than asked: every byte of a buffer counts against dstl.upload.max-in-flight while it
  * holds a segment, so a large buffer must not carry a small one. The pool keeps at most
@@ -86,9 +87,23 @@ typedef struct pooled_buf {
     max_align_t align_[2];      /* keeps the data after the header aligned */
 } pooled_buf;
 
+/* Segment buffers come from an arena first (dstl/arena.h): one reservation of twice
+ * dstl.upload.max-in-flight, taken lowest first, whose pages stay when a segment is done, so
+ * the next one is encoded into memory already backed. Under load most segments missed the
+ * pool's fit rule (their sizes spread wider than a quarter) and were encoded into fresh
+ * mappings: the zeroing of their huge pages was a quarter of a w16 load run's samples, on the
+ * pipeline thread, while the disk waited for the segment (perf, bench_local load w16). The
+ * pages of free blocks beyond POOL_ARENA_IDLE are given back at once, and all of them when the
+ * pipeline is idle (pool_trim). A buffer the arena cannot hold (larger than its free runs)
+ * comes from the pool's own mappings, as before. */
+#define POOL_ARENA_IDLE (32u << 20)
+
 typedef struct {
     pooled_buf *free_list;
     size_t idle_bytes;
+    struct mem_arena *arena;    /* NULL until the first buffer, or when none could be reserved */
+    uint64_t arena_bytes;       /* what to reserve (0: no arena) */
+    int arena_tried;
 } buf_pool;
 
 /* The run's lease object (dstl/README.md), pipeline thread only. Times are monotonic: the
@@ -125,8 +140,16 @@ typedef struct pipeline_loop {
 pooled_buf *pool_new(size_t cap);
 /* The smallest pooled buffer of len bytes or more, when it is at most a quarter larger; NULL. */
 pooled_buf *pool_take(buf_pool *p, size_t len);
-/* Keeps the buffer whose data starts at ptr (or frees it beyond POOL_MAX_BYTES). NULL is fine. */
+/* A page-aligned buffer of at least len bytes, *cap of them: from the arena, else the pool's
+ * mappings (pooled or new); NULL when out of memory. */
+void *pool_get(buf_pool *p, size_t len, size_t *cap);
+/* Gives back the buffer whose data starts at ptr (pool_get's): into the arena, or kept in the
+ * pool, or unmapped beyond POOL_MAX_BYTES. NULL is fine. */
 void pool_put(buf_pool *p, void *ptr);
+/* The pipeline is idle: the arena's free pages go back to the kernel. */
+void pool_trim(buf_pool *p);
+/* Bytes of the arena's free blocks whose pages are still there (what pool_trim gives back). */
+uint64_t pool_idle_bytes(const buf_pool *p);
 void pool_free(buf_pool *p);
 
 /* ---- lease.c ---- */

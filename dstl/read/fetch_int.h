@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dstl/read/arena.h"
+#include "dstl/arena.h"
 #include "dstl/read/fetch.h"
 #include "s3/s3.h"
 
@@ -84,7 +84,7 @@ struct fetch_set {
     pthread_t thread;
     int stop;
     fetch_opts o;
-    fetch_arena *arena;         /* the extents' reused memory (NULL: none could be reserved) */
+    mem_arena *arena;         /* the extents' reused memory (NULL: none could be reserved) */
     uint64_t fresh_bytes;       /* bytes of extent buffers allocated outside the arena */
     object *objs;
     size_t nobj, cap_obj;

@@ -1,21 +1,24 @@
 /*
- * dstl/read/arena.c — a restore's reused memory (arena.h): one reservation, a bitmap of its
- * blocks, first fit from the lowest address so that reuse keeps to the pages already touched.
+ * dstl/arena.c — reused memory (arena.h): one reservation, a bitmap of its blocks, first fit
+ * from the lowest address so that reuse keeps to the pages already touched; a second bitmap of
+ * the blocks whose pages are there (taken once, not trimmed since).
  */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "dstl/read/arena.h"
+#include "dstl/arena.h"
 
 #define HUGE_BYTES (2ull << 20)   /* the reservation is aligned to a huge page, and asks for them */
 
-struct fetch_arena {
+struct mem_arena {
     uint8_t *base;
     uint64_t reserved;
     size_t nblocks;
     uint64_t *bits;     /* a set bit: the block is taken */
+    uint64_t *res;      /* a set bit: the block's pages are there (taken once, not trimmed) */
+    uint32_t *run;      /* at a taken run's first block: its length in blocks */
     arena_stats st;
     /* the prefault thread (arena_prefault) */
     pthread_t th;
@@ -28,30 +31,41 @@ struct fetch_arena {
 };
 
 static size_t blocks_of(uint64_t len) { return (size_t)((len + ARENA_BLOCK_BYTES - 1) / ARENA_BLOCK_BYTES); }
-static int taken(const fetch_arena *a, size_t b) { return (int)(a->bits[b / 64] >> (b % 64) & 1); }
+static int bit(const uint64_t *map, size_t b) { return (int)(map[b / 64] >> (b % 64) & 1); }
+static int taken(const mem_arena *a, size_t b) { return bit(a->bits, b); }
 
-static void mark(fetch_arena *a, size_t b, size_t n, int on)
+/* Sets (on) or clears blocks b..b+n-1 in map; returns how many changed. */
+static size_t mark_map(uint64_t *map, size_t b, size_t n, int on)
 {
+    size_t changed = 0;
     for (size_t i = b; i < b + n; i++) {
-        uint64_t m = 1ull << (i % 64);
-        a->bits[i / 64] = on ? a->bits[i / 64] | m : a->bits[i / 64] & ~m;
+        uint64_t m = 1ull << (i % 64), was = map[i / 64];
+        map[i / 64] = on ? was | m : was & ~m;
+        changed += (was != map[i / 64]);
     }
+    return changed;
 }
 
-fetch_arena *arena_new(uint64_t max_bytes)
+static void mark(mem_arena *a, size_t b, size_t n, int on) { (void)mark_map(a->bits, b, n, on); }
+
+mem_arena *arena_new(uint64_t max_bytes)
 {
     if (max_bytes == 0) return NULL;
     if (max_bytes > ARENA_MAX_BYTES) max_bytes = ARENA_MAX_BYTES;
     uint64_t size = (max_bytes + HUGE_BYTES - 1) & ~(HUGE_BYTES - 1);
-    fetch_arena *a = calloc(1, sizeof *a);
+    mem_arena *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->nblocks = (size_t)(size / ARENA_BLOCK_BYTES);
     a->bits = calloc((a->nblocks + 63) / 64, sizeof *a->bits);
+    a->res = calloc((a->nblocks + 63) / 64, sizeof *a->res);
+    a->run = calloc(a->nblocks, sizeof *a->run);
     size_t map = (size_t)(size + HUGE_BYTES);
-    uint8_t *p = a->bits ? mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+    uint8_t *p = a->bits && a->res && a->run ? mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                          : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(a->bits);
+        free(a->res);
+        free(a->run);
         free(a);
         return NULL;
     }
@@ -69,7 +83,7 @@ fetch_arena *arena_new(uint64_t max_bytes)
  * writing them, so it may run over pages an extent is being written into. */
 static void *prefault_thread(void *arg)
 {
-    fetch_arena *a = arg;
+    mem_arena *a = arg;
     uint64_t done = 0;
     pthread_mutex_lock(&a->mu);
     while (!a->stop) {
@@ -90,7 +104,7 @@ static void *prefault_thread(void *arg)
     return NULL;
 }
 
-void arena_prefault(fetch_arena *a)
+void arena_prefault(mem_arena *a)
 {
     if (!a || a->tried || a->reserved < ARENA_PREFAULT_MIN) return;
     a->tried = 1;               /* once, also when the thread cannot start */
@@ -101,7 +115,7 @@ void arena_prefault(fetch_arena *a)
     if (a->running) (void)pthread_setname_np(a->th, "dstl-prefault");
 }
 
-void arena_free(fetch_arena *a)
+void arena_free(mem_arena *a)
 {
     if (!a) return;
     if (a->running) {
@@ -117,12 +131,14 @@ void arena_free(fetch_arena *a)
     }
     munmap(a->base, (size_t)a->reserved);
     free(a->bits);
+    free(a->res);
+    free(a->run);
     free(a);
 }
 
 /* The first block of the lowest run of n free blocks, or nblocks when there is none. Whole
  * words are skipped while taken. */
-static size_t find_run(const fetch_arena *a, size_t n)
+static size_t find_run(const mem_arena *a, size_t n)
 {
     size_t run = 0;
     for (size_t b = 0; b < a->nblocks;) {
@@ -138,7 +154,7 @@ static size_t find_run(const fetch_arena *a, size_t n)
     return a->nblocks;
 }
 
-uint8_t *arena_take(fetch_arena *a, uint64_t len)
+uint8_t *arena_take(mem_arena *a, uint64_t len)
 {
     if (!a || len == 0 || len > a->reserved) return NULL;
     size_t n = blocks_of(len), b = find_run(a, n);
@@ -147,6 +163,8 @@ uint8_t *arena_take(fetch_arena *a, uint64_t len)
         return NULL;
     }
     mark(a, b, n, 1);
+    a->run[b] = (uint32_t)n;
+    a->st.resident += (uint64_t)mark_map(a->res, b, n, 1) * ARENA_BLOCK_BYTES;
     uint64_t end = (uint64_t)(b + n) * ARENA_BLOCK_BYTES;
     a->st.takes++;
     if (end <= a->st.high_water) {
@@ -164,20 +182,49 @@ uint8_t *arena_take(fetch_arena *a, uint64_t len)
     return a->base + (uint64_t)b * ARENA_BLOCK_BYTES;
 }
 
-int arena_owns(const fetch_arena *a, const uint8_t *p)
+uint64_t arena_len(const mem_arena *a, const uint8_t *p)
+{
+    return (uint64_t)a->run[(uint64_t)(p - a->base) / ARENA_BLOCK_BYTES] * ARENA_BLOCK_BYTES;
+}
+
+int arena_owns(const mem_arena *a, const uint8_t *p)
 {
     return a && p >= a->base && p < a->base + a->reserved;
 }
 
-void arena_give(fetch_arena *a, uint8_t *p, uint64_t len)
+void arena_give(mem_arena *a, uint8_t *p, uint64_t len)
 {
     size_t b = (size_t)((uint64_t)(p - a->base) / ARENA_BLOCK_BYTES), n = blocks_of(len);
     mark(a, b, n, 0);
+    a->run[b] = 0;
     a->st.in_use -= (uint64_t)n * ARENA_BLOCK_BYTES;
 }
 
-void arena_get_stats(const fetch_arena *a, arena_stats *out)
+uint64_t arena_trim(mem_arena *a, uint64_t keep_idle)
+{
+    if (!a) return 0;
+    const size_t per_huge = (size_t)(HUGE_BYTES / ARENA_BLOCK_BYTES);
+    uint64_t freed = 0;
+    /* from the top down: the lowest blocks are the ones first fit takes next */
+    for (size_t h = a->nblocks / per_huge; h-- > 0 && a->st.resident - a->st.in_use > keep_idle;) {
+        size_t b0 = h * per_huge, n_res = 0, busy = 0;
+        for (size_t b = b0; b < b0 + per_huge && !busy; b++) {
+            busy = taken(a, b);
+            n_res += bit(a->res, b);
+        }
+        if (busy || n_res == 0) continue;
+        /* whole huge pages only: a part of one would split it */
+        if (madvise(a->base + (uint64_t)b0 * ARENA_BLOCK_BYTES, (size_t)HUGE_BYTES, MADV_DONTNEED) != 0) break;
+        uint64_t bytes = (uint64_t)mark_map(a->res, b0, per_huge, 0) * ARENA_BLOCK_BYTES;
+        a->st.resident -= bytes;
+        a->st.trimmed += bytes;
+        freed += bytes;
+    }
+    return freed;
+}
+
+void arena_get_stats(const mem_arena *a, arena_stats *out)
 {
     *out = a ? a->st : (arena_stats){0};
-    if (a) out->populated = atomic_load(&((fetch_arena *)a)->populated);
+    if (a) out->populated = atomic_load(&((mem_arena *)a)->populated);
 }
