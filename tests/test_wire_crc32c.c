@@ -101,6 +101,27 @@ Test(wire_crc32c, combine_equals_concatenation)
     free(b);
 }
 
+/* The shift is table-driven below 64 KiB (a low byte and a second byte of the length) and per
+ * set bit above: every length up to 1,100 and every edge of those parts, checked against the
+ * portable CRC of the concatenation. */
+Test(wire_crc32c, combine_equals_concatenation_for_every_part_of_the_length)
+{
+    size_t max = 300000;
+    uint8_t *b = random_buf(max + 64, 6);
+    size_t lens[2000], n = 0;
+    for (size_t l = 0; l <= 1100; l++) lens[n++] = l;
+    size_t edges[] = {2047, 2048, 2049, 4095, 4096, 4100, 65279, 65280, 65535, 65536, 65537, 65541, 65791,
+                      65792, 131071, 131072, 131333, 196608, 262143, 299999};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) lens[n++] = edges[i];
+    for (size_t i = 0; i < n; i++) {
+        size_t a = 1 + i % 61, l = lens[i];
+        uint32_t whole = wire_crc32c_portable(0, b, a + l);
+        cr_assert_eq(wire_crc32c_combine(wire_crc32c(0, b, a), wire_crc32c(0, b + a, l), l), whole,
+                     "first part %zu bytes, second %zu", a, l);
+    }
+    free(b);
+}
+
 Test(wire_crc32c, detects_every_single_bit_flip)
 {
     uint8_t b[64];

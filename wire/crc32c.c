@@ -148,15 +148,24 @@ static uint32_t crc_hw_1lane(uint32_t c, const uint8_t *p, size_t n)
     return c;
 }
 
-/* c shifted over n zero bytes: c * x^(8n) mod P, one multiply per set bit of n >= 8. */
-static uint64_t shift_k[64];   /* x^(8 * 2^k - 33) mod P, for k >= 3 */
+/* c shifted over n zero bytes: c * x^(8n) mod P. Below 64 KiB in at most two multiplies, by
+ * the constants of n's low byte and of its second byte; beyond, one more per set bit. The
+ * encoder joins one CRC per key-group run: at 1,024 writers a section holds ~64 runs of a few
+ * hundred bytes, and one multiply per set bit (plus a crc32 per byte of n mod 8) was 8 % of a
+ * load run's samples. */
+static uint64_t shift_k[64];    /* x^(8 * 2^k - 33) mod P, for k >= 16 */
+static uint32_t shift_lo[256];  /* x^(8i - 33) mod P, for i >= 5 (below, crc32 of zero bytes) */
+static uint32_t shift_hi[256];  /* x^(8 * 256j - 33) mod P, for j >= 1 (2 KiB in all: in cache) */
 
 __attribute__((target("sse4.2,pclmul")))
 static uint32_t shift_bytes_hw(uint32_t c, uint64_t n)
 {
-    for (uint64_t r = n & 7; r; r--) c = _mm_crc32_u8(c, 0);
-    n >>= 3;
-    for (int k = 3; n; k++, n >>= 1)
+    uint64_t lo = n & 255, hi = (n >> 8) & 255;
+    if (lo >= 5) c = shift_hw(c, shift_lo[lo]);
+    else for (; lo; lo--) c = _mm_crc32_u8(c, 0);
+    if (hi) c = shift_hw(c, shift_hi[hi]);
+    n >>= 16;
+    for (int k = 16; n; k++, n >>= 1)
         if (n & 1) c = shift_hw(c, shift_k[k]);
     return c;
 }
@@ -240,7 +249,13 @@ static void init_once(void)
                 /* x^(8L-33) as a reflected 32-bit value, placed in the low 32 bits */
                 lane_k[t] = xpow(8 * (uint64_t)lane_len[t] - 33);
             }
-            for (int k = 3; k < 64; k++) shift_k[k] = xpow(8 * ((uint64_t)1 << k) - 33);
+            for (int k = 16; k < 64; k++) shift_k[k] = xpow(8 * ((uint64_t)1 << k) - 33);
+            /* each entry one multiply from the last: x^8 per byte, x^2048 per 256 bytes */
+            uint32_t x8 = xpow(8), x2048 = xpow(8 * 256);
+            shift_lo[5] = xpow(8 * 5 - 33);
+            for (int i = 6; i < 256; i++) shift_lo[i] = multmodp(shift_lo[i - 1], x8);
+            shift_hi[1] = xpow(8 * 256 - 33);
+            for (int j = 2; j < 256; j++) shift_hi[j] = multmodp(shift_hi[j - 1], x2048);
             impl_add("sse4.2-3lane", crc_hw_3lane);
             have_clmul = 1;
             fold_k_lo = xpow(64 + 8 * (uint64_t)FOLD_BYTES - 33);
