@@ -45,7 +45,36 @@ SECS=${DSTL_PERF_SECONDS:-5}
 W=$(mktemp -d /tmp/dstl-perf-remote.XXXXXX)
 BUCKET=${DSTL_PERF_S3_BUCKET:-dstl-bench-$$}
 SIG=(--aws-sigv4 "aws:amz:$REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
-trap 'rm -rf "$W"' EXIT
+# The bucket this script made is emptied and removed at exit: the runs leave every segment
+# their last handles name, a few GB per make perf, and repeated runs against one server filled
+# a 20 GiB BlueStore OSD until its PUTs hung. A bucket the user named (DSTL_PERF_S3_BUCKET) is
+# left as it is: it may hold what others still need.
+empty_bucket() {
+  local body i
+  for i in $(seq 1 2000); do           # 1,000 keys a round: at most 2 M objects
+    body=$(curl -sf "${SIG[@]}" "$S3_ENDPOINT/$BUCKET?list-type=2&max-keys=1000" | python3 -c '
+import re, sys
+keys = re.findall(r"<Key>(.*?)</Key>", sys.stdin.read())   # still XML-escaped: reused as is
+if keys:
+    print("<Delete><Quiet>true</Quiet>" + "".join(f"<Object><Key>{k}</Key></Object>" for k in keys) + "</Delete>")
+') || return 1
+    [ -n "$body" ] || return 0
+    printf '%s' "$body" > "$W/delete.xml"      # DeleteObjects ("delete=": curl signs it so)
+    curl -sf -o /dev/null "${SIG[@]}" -H "Content-Type: application/xml" \
+      -H "Content-MD5: $(openssl dgst -md5 -binary "$W/delete.xml" | base64)" \
+      -X POST --data-binary @"$W/delete.xml" "$S3_ENDPOINT/$BUCKET?delete=" || return 1
+  done
+  return 1
+}
+cleanup() {
+  if [ -z "${DSTL_PERF_S3_BUCKET:-}" ]; then
+    if ! empty_bucket || ! curl -sf -o /dev/null "${SIG[@]}" -X DELETE "$S3_ENDPOINT/$BUCKET"; then
+      echo "perf/remote.sh: could not empty and remove bucket $BUCKET at $S3_ENDPOINT; remove it by hand" >&2
+    fi
+  fi
+  rm -rf "$W"
+}
+trap cleanup EXIT
 curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
 out="$W/lines"; : > "$out"
 emit() { tee -a "$out"; }
