@@ -468,18 +468,13 @@ static int gets_order(const char *const *names, int nn, int *order)
     return n;
 }
 
-Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_need_them)
+/* n writers, each with one segment of its own (16 records over key groups 0..15), written
+ * one after the other: h[i] is writer i's handle. */
+static void write_snaps(dstl_handle **h, uint32_t n)
 {
-    /* Tasks restore at once and open their readers in about entry order; each task's object
-     * was written at its own time (as staggered materializations write snapshots). The plan
-     * fetches in the entries' order, not the write order: here the entries are the writers in
-     * reverse write order, one GET at a time (dstl.recovery.connections 1), and after the first
-     * record's object (fetched first, whichever it is) the objects come in entry order. */
-    enum { NO = 6 };
     dstl_storage *ws = t_remote_open(&fx, wdir, NULL);
-    dstl_handle *h[NO];
     uint8_t buf[1024];
-    for (uint32_t i = 0; i < NO; i++) {                     /* one segment per writer, in turn */
+    for (uint32_t i = 0; i < n; i++) {                      /* one segment per writer, in turn */
         char id[16];
         snprintf(id, sizeof id, "snap-%u", i);
         dstl_writer *w;
@@ -497,8 +492,31 @@ Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_n
         cr_assert_eq(dstl_writer_close(w), 0);
     }
     cr_assert_eq(dstl_storage_close(ws), 0, "%s", dstl_last_error());
-    for (uint32_t i = 1; i < NO; i++)
+    for (uint32_t i = 1; i < n; i++)
         cr_assert_gt(strcmp(h[i]->wh->segs[0].name, h[i - 1]->wh->segs[0].name), 0, "segment names follow writes");
+}
+
+/* write_snaps' writers in the order the GETs of their objects came, each once: n of them. */
+static int snaps_order(dstl_handle *const *h, int n, int *order)
+{
+    const char *names[16];
+    cr_assert_leq(n, 16);
+    for (int i = 0; i < n; i++) names[i] = h[i]->wh->segs[0].name;
+    int got = gets_order(names, n, order);
+    cr_assert_eq(got, n, "GETs of %d objects, %d named", got, n);
+    return got;
+}
+
+Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_need_them)
+{
+    /* Tasks restore at once and open their readers in about entry order; each task's object
+     * was written at its own time (as staggered materializations write snapshots). The plan
+     * fetches in the entries' order, not the write order: here the entries are the writers in
+     * reverse write order, one GET at a time (dstl.recovery.connections 1), and after the first
+     * record's object (fetched first, whichever it is) the objects come in entry order. */
+    enum { NO = 6 };
+    dstl_handle *h[NO];
+    write_snaps(h, NO);
 
     dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
     dstl_restore_entry e[NO];
@@ -511,14 +529,65 @@ Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_n
     cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
 
     /* the writer of each GET's object, each object once, in the order the GETs came */
-    const char *names[NO];
-    for (int i = 0; i < NO; i++) names[i] = h[i]->wh->segs[0].name;
     int order[NO];
-    int n = gets_order(names, NO, order);
-    cr_assert_eq(n, NO, "GETs of %d objects, %d named", n, NO);
+    int n = snaps_order(h, NO, order);
     for (int k = 2; k < n; k++)   /* after the first record's object: entry order, descending writers */
         cr_assert_lt(order[k], order[k - 1], "object %d fetched was writer %d's, after writer %d's (the entries name "
                      "writers %d..0 in turn)", k, order[k], order[k - 1], NO - 1);
+    for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
+}
+
+Test(remote_restore_gate, an_object_a_reader_already_waits_for_is_fetched_before_those_queued_ahead_of_it)
+{
+    /* Entries in write order, one object each, one GET at a time: the plan queues the objects
+     * in entry order. The first GET is held at the gate while the last entry's reader opens
+     * and waits for its object: when the gate opens, that object is the next GET, not the
+     * last (the queue's order guessed wrong for this reader, and it is idle until it comes). */
+    enum { NO = 6 };
+    dstl_handle *h[NO];
+    write_snaps(h, NO);
+    dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
+    pthread_mutex_lock(&G.mu);
+    G.limit = 0;
+    pthread_mutex_unlock(&G.mu);
+    gate_set(&G, 1);                                        /* every answer held from here */
+    dstl_restore_entry e[NO];
+    for (uint32_t i = 0; i < NO; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, NO, &p), 0, "%s", dstl_last_error());
+    for (int i = 0; i < 10000 && atomic_load(&G.held) == 0; i++) usleep(1000);
+    cr_assert_eq(atomic_load(&G.held), 1, "the first GET is held at the gate");
+    first_read fr = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    cr_assert_eq(dstl_restore_reader_open(p, NO - 1, 0, &fr.r), 0, "%s", dstl_last_error());
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_first, &fr), 0);
+    usleep(300000);                                         /* the reader waits for its object */
+    pthread_mutex_lock(&G.mu);
+    int held_gets = G.nreq;
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_eq(held_gets, 1, "%d GETs went out while one was held (dstl.recovery.connections 1)", held_gets);
+    gate_set(&G, 0);
+    cr_assert(wait_done(&fr.mu, &fr.cv, &fr.done, 60), "the last entry's reader got no record");
+    pthread_join(t, NULL);
+    cr_assert_eq(fr.rc, 1, "%s", dstl_last_error());
+    uint64_t got = 1;
+    int rc;
+    dstl_record rec;
+    while ((rc = dstl_reader_next(fr.r, &rec)) == 1) got++;
+    cr_assert_eq(rc, 0, "%s", dstl_last_error());
+    cr_assert_eq(got, 16);
+    dstl_reader_close(fr.r);
+    read_entries(p, NO - 1, 16);                            /* the others */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    int order[NO];
+    int n = snaps_order(h, NO, order);
+    cr_assert_eq(order[1], NO - 1, "after the held GET (writer %d's object) came writer %d's, not the waited-for "
+                 "writer %d's (in order: %d %d %d %d %d %d)", order[0], order[1], NO - 1, order[0], order[1], order[2],
+                 order[3], order[4], order[5]);
+    for (int k = 3; k < n; k++)                             /* and the rest in entry order */
+        cr_assert_gt(order[k], order[k - 1], "writer %d's object after writer %d's", order[k], order[k - 1]);
     for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
 }
 
