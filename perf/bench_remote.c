@@ -253,33 +253,42 @@ typedef struct {
  * only once its earlier ones were done, and every object stayed in memory until the last of
  * them had read it: the whole restore, 250-385 MB at w256 and w1024, where readers that move
  * together let each object go once they are all past it.) */
+/* Reads up to RECOVER_TURN_RECORDS records from r: 1 when it has more, 0 when it ended. */
+static int recover_turn(rec_job *j, dstl_reader *r)
+{
+    dstl_record rec;
+    int rc = 1;
+    for (int t = 0; t < RECOVER_TURN_RECORDS && (rc = dstl_reader_next(r, &rec)) == 1; t++) {
+        if (j->bytes == 0 && atomic_load_explicit(j->first_ns, memory_order_relaxed) == 0) {
+            uint64_t ns = (uint64_t)((now_s() - j->t0) * 1e9), zero = 0;
+            atomic_compare_exchange_strong(j->first_ns, &zero, ns ? ns : 1);
+        }
+        j->bytes += rec.len;
+    }
+    if (rc < 0) die("recovery read");
+    return rc;
+}
+
 static void *recover_thread(void *arg)
 {
     rec_job *j = arg;
     int nr = 0;
     dstl_reader **rs = calloc((size_t)(j->n / j->step + 1), sizeof *rs);
-    for (int i = j->first; i < j->n; i += j->step)
-        if (dstl_restore_reader_open(j->p, (size_t)i, 0, &rs[nr++]) < 0) die("reader");
-    while (nr > 0) {
-        for (int k = 0; k < nr;) {
-            dstl_record rec;
-            int rc = 1;
-            for (int t = 0; t < RECOVER_TURN_RECORDS && (rc = dstl_reader_next(rs[k], &rec)) == 1; t++) {
-                if (j->bytes == 0 && atomic_load_explicit(j->first_ns, memory_order_relaxed) == 0) {
-                    uint64_t ns = (uint64_t)((now_s() - j->t0) * 1e9), zero = 0;
-                    atomic_compare_exchange_strong(j->first_ns, &zero, ns ? ns : 1);
-                }
-                j->bytes += rec.len;
-            }
-            if (rc < 0) die("recovery read");
-            if (rc == 0) {                  /* this task is done: its slot goes to the last one */
-                dstl_reader_close(rs[k]);
-                rs[k] = rs[--nr];
-            } else {
-                k++;
-            }
-        }
+    /* each reader's first turn right after it opens: the thread's first task reads at once */
+    for (int i = j->first; i < j->n; i += j->step) {
+        if (dstl_restore_reader_open(j->p, (size_t)i, 0, &rs[nr]) < 0) die("reader");
+        if (recover_turn(j, rs[nr])) nr++;
+        else dstl_reader_close(rs[nr]);
     }
+    while (nr > 0)
+        for (int k = 0; k < nr;) {
+            if (recover_turn(j, rs[k])) {
+                k++;
+                continue;
+            }
+            dstl_reader_close(rs[k]);       /* this task is done: its slot goes to the last one */
+            rs[k] = rs[--nr];
+        }
     free(rs);
     return NULL;
 }
