@@ -155,6 +155,7 @@ int dstl_storage_stats(dstl_storage *s, dstl_stats *out)
     st.restore_cache_hits = atomic_load_explicit(&rd->restore_cache_hits, memory_order_relaxed);
     st.segments_direct = s->store ? segstore_direct_writes(s->store) : 0;
     st.segments_in_place = s->store ? segstore_in_place_writes(s->store) : 0;
+    st.pooled_bytes = chunk_pool_bytes(&s->chunks) + atomic_load_explicit(&rd->seg_buffers_idle, memory_order_relaxed);
     *out = st;
     return 0;
 }
@@ -226,6 +227,8 @@ static int metrics_format(dstl_storage *s, char **text)
         counter(&b, restore[i].name, restore[i].help, restore[i].v);
     gauge(&b, "dstl_inflight_bytes", "Bytes handed to the pipeline and not yet durable.", st.in_flight_bytes);
     gauge(&b, "dstl_queue_size", "Writer ranges queued for the next batch.", st.queued_persists);
+    gauge(&b, "dstl_pooled_bytes", "Free chunks and segment buffers kept for reuse (not in dstl_inflight_bytes).",
+          st.pooled_bytes);
     histogram(&b, "dstl_persist_latency_seconds", "Persist call to future completion.", &copy[0], lat_us,
               sizeof lat_us / sizeof lat_us[0], 6);
     histogram(&b, "dstl_upload_latency_seconds", "Segment upload, flush to acknowledgement.", &copy[1], lat_us,

@@ -31,6 +31,8 @@ typedef struct reader_counters {
     _Atomic uint64_t requests, retries, hedges, failures, bytes;  /* remote GETs */
     _Atomic uint64_t cache_hits, cache_misses;
     _Atomic uint64_t local_fallbacks;   /* segments read from S3 after their local copy failed */
+    _Atomic uint64_t seg_buffers_idle;  /* the pipeline's free segment buffers kept, bytes (it
+                                         * stores this after each turn; not a reader counter) */
     _Atomic uint64_t restores, restore_objects_fetched, restore_requests;   /* closed restore plans */
     _Atomic uint64_t restore_bytes_fetched, restore_bytes_delivered, restore_cache_hits;
 } reader_counters;

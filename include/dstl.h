@@ -497,6 +497,11 @@ typedef struct {
     /* segments written over a recycled file of exactly their length (small segments are padded
      * to it): no file size changed, so their fdatasync wrote no inode */
     uint64_t segments_in_place;
+    /* gauge, now: memory kept for reuse and not counted in in_flight_bytes — the writers' free
+     * chunks (within the headroom under dstl.upload.max-in-flight) and the pipeline's free
+     * segment buffers (at most 32 MiB more); a storage idle for a second gives them back, down
+     * to 16 MiB of chunks */
+    uint64_t pooled_bytes;
 } dstl_stats;
 int dstl_storage_stats(dstl_storage *s, dstl_stats *out);
 

@@ -489,10 +489,12 @@ Test(dstl_pipeline, a_steady_writers_round_fills_about_one_chunk)
 }
 
 /* The chunk pool keeps freed chunks up to the headroom under max-in-flight while records flow
- * (dstl/chunks.c): four writers' 8 MiB rounds leave about 32 MiB in it. A pipeline idle for
- * CHUNK_POOL_IDLE_NS trims it to CHUNK_POOL_MIN: an idle storage does not keep a burst's
- * memory. Bounded wait: 20 x the idle time. */
-Test(dstl_pipeline, an_idle_storage_trims_the_chunk_pool_a_burst_left)
+ * (dstl/chunks.c): four writers' 8 MiB rounds leave about 32 MiB in it; the pipeline keeps the
+ * pages of its last segment buffers (pipeline/bufpool.c). A pipeline idle for
+ * CHUNK_POOL_IDLE_NS trims the chunks to CHUNK_POOL_MIN and gives every free segment buffer
+ * back: an idle storage does not keep a burst's memory. dstl_stats.pooled_bytes counts both.
+ * Bounded wait: 20 x the idle time. */
+Test(dstl_pipeline, an_idle_storage_trims_the_chunks_and_segment_buffers_a_burst_left)
 {
     char *dir = t_mkdtemp("trim");
     dstl_storage *s = t_storage_open(dir, NULL);
@@ -519,13 +521,20 @@ Test(dstl_pipeline, an_idle_storage_trims_the_chunk_pool_a_burst_left)
     }
     size_t after_burst = chunk_pool_bytes(&s->chunks);
     cr_assert_gt(after_burst, CHUNK_POOL_MIN, "the burst left %zu bytes in the pool", after_burst);
-    size_t now = after_burst;
-    for (int i = 0; i < 200 && now > CHUNK_POOL_MIN; i++) {
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    cr_assert_gt(st.pooled_bytes, chunk_pool_bytes(&s->chunks), "the burst's last segment buffers are kept too "
+                 "(pooled %lu bytes)", (unsigned long)st.pooled_bytes);
+    uint64_t pooled_after_burst = st.pooled_bytes;
+    for (int i = 0; i < 200 && st.pooled_bytes > CHUNK_POOL_MIN; i++) {
         usleep(CHUNK_POOL_IDLE_NS / 10000);   /* a tenth of the idle time */
-        now = chunk_pool_bytes(&s->chunks);
+        cr_assert_eq(dstl_storage_stats(s, &st), 0);
     }
+    size_t now = chunk_pool_bytes(&s->chunks);
     cr_assert_leq(now, CHUNK_POOL_MIN, "idle for 20 s, the pool still holds %zu bytes (%zu after the burst)", now,
                   after_burst);
+    cr_assert_eq(st.pooled_bytes, now, "idle for 20 s, %lu bytes of segment buffers are still kept (%lu bytes "
+                 "pooled after the burst)", (unsigned long)(st.pooled_bytes - now), (unsigned long)pooled_after_burst);
     /* and the writers go on with a trimmed pool */
     for (int i = 0; i < NW; i++) {
         cr_assert_eq(dstl_append(w[i], 1, rec, sizeof rec), 0);

@@ -91,6 +91,8 @@ uint64_t pool_idle_bytes(const buf_pool *p)
     return st.resident - st.in_use;
 }
 
+uint64_t pool_kept_bytes(const buf_pool *p) { return pool_idle_bytes(p) + p->idle_bytes; }
+
 void pool_put(buf_pool *p, void *ptr)
 {
     if (!ptr) return;

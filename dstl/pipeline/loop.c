@@ -477,6 +477,7 @@ static void *pipeline_main(void *arg)
          * persist again (include/dstl.h, dstl_future_on_done). */
         future_run_callbacks();
         idle_trim(&loop);
+        atomic_store_explicit(&s->rd.seg_buffers_idle, pool_kept_bytes(&loop.pool), memory_order_relaxed);
         if (closing && drained(&loop)) break;
     }
     future_run_callbacks();

@@ -150,6 +150,8 @@ void pool_put(buf_pool *p, void *ptr);
 void pool_trim(buf_pool *p);
 /* Bytes of the arena's free blocks whose pages are still there (what pool_trim gives back). */
 uint64_t pool_idle_bytes(const buf_pool *p);
+/* Every free buffer's bytes kept: the arena's (pool_idle_bytes) and the pooled mappings'. */
+uint64_t pool_kept_bytes(const buf_pool *p);
 void pool_free(buf_pool *p);
 
 /* ---- lease.c ---- */
