@@ -153,6 +153,10 @@ Test(dstl_bufpool, segment_buffers_reuse_the_arenas_pages_and_keep_at_most_its_i
     cr_assert(e && !none.arena, "no arena asked for: the pool's mappings");
     cr_assert_eq((uintptr_t)e % POOL_PAGE, 0);
     pool_put(&none, e);
+    cr_assert_eq(pool_kept_bytes(&none), 64u << 10, "a small mapping is kept for the next segment");
+    pool_trim(&none);
+    cr_assert_eq(pool_kept_bytes(&none), 0, "idle: the pooled mappings go too");
+    cr_assert(!mapped(e), "pool_trim left a pooled mapping mapped");
     pool_free(&none);
 }
 

@@ -79,10 +79,6 @@ void *pool_get(buf_pool *p, size_t len, size_t *cap)
     return b + 1;
 }
 
-void pool_trim(buf_pool *p)
-{
-    (void)arena_trim(p->arena, 0);
-}
 
 uint64_t pool_idle_bytes(const buf_pool *p)
 {
@@ -111,7 +107,9 @@ void pool_put(buf_pool *p, void *ptr)
     p->idle_bytes += b->cap;
 }
 
-void pool_free(buf_pool *p)
+/* Idle: the arena's free pages and every pooled mapping go back (pool_free but the arena's
+ * reservation and the buffers in use). */
+void pool_trim(buf_pool *p)
 {
     for (pooled_buf *b = p->free_list, *next; b; b = next) {
         next = b->next;
@@ -119,6 +117,12 @@ void pool_free(buf_pool *p)
     }
     p->free_list = NULL;
     p->idle_bytes = 0;
+    (void)arena_trim(p->arena, 0);
+}
+
+void pool_free(buf_pool *p)
+{
+    pool_trim(p);
     arena_free(p->arena);
     p->arena = NULL;
 }

@@ -328,8 +328,8 @@ static int wait_for_work(pipeline_loop *loop)
         timeout_ms = (int)((wait_ns + 999999) / 1000000);
     }
     if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-    if (loop->idle_since_ns && (chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN || pool_idle_bytes(&loop->pool))) {
-        /* idle: wake to trim the chunk pool and the segment buffers' arena (idle_trim) */
+    if (loop->idle_since_ns && (chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN || pool_kept_bytes(&loop->pool))) {
+        /* idle: wake to trim the chunk pool and the free segment buffers (idle_trim) */
         uint64_t due = loop->idle_since_ns + CHUNK_POOL_IDLE_NS, now = now_ns();
         int ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
         if (timeout_ms < 0 || ms < timeout_ms) {

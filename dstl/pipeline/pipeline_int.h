@@ -146,7 +146,7 @@ void *pool_get(buf_pool *p, size_t len, size_t *cap);
 /* Gives back the buffer whose data starts at ptr (pool_get's): into the arena, or kept in the
  * pool, or unmapped beyond POOL_MAX_BYTES. NULL is fine. */
 void pool_put(buf_pool *p, void *ptr);
-/* The pipeline is idle: the arena's free pages go back to the kernel. */
+/* The pipeline is idle: the arena's free pages and the pooled mappings go back to the kernel. */
 void pool_trim(buf_pool *p);
 /* Bytes of the arena's free blocks whose pages are still there (what pool_trim gives back). */
 uint64_t pool_idle_bytes(const buf_pool *p);
