@@ -60,8 +60,9 @@ mem_arena *arena_new(uint64_t max_bytes)
     a->res = calloc((a->nblocks + 63) / 64, sizeof *a->res);
     a->run = calloc(a->nblocks, sizeof *a->run);
     size_t map = (size_t)(size + HUGE_BYTES);
-    uint8_t *p = a->bits && a->res && a->run ? mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
-                         : MAP_FAILED;
+    int ok = a->bits && a->res && a->run;
+    uint8_t *p = ok ? mmap(NULL, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                    : MAP_FAILED;
     if (p == MAP_FAILED) {
         free(a->bits);
         free(a->res);

@@ -50,7 +50,8 @@ uint64_t arena_len(const mem_arena *a, const uint8_t *p);
 void arena_give(mem_arena *a, uint8_t *p, uint64_t len);
 /* Gives the pages of free blocks back to the kernel, whole huge pages from the highest down,
  * until at most keep_idle bytes of free blocks still have theirs (or no whole free huge page
- * with pages is left). Returns the bytes given back. NULL is fine. */
+ * with pages is left). Returns the bytes given back. NULL is fine. Not for an arena whose
+ * prefault thread runs (it would fault the pages in again; the pipeline never starts one). */
 uint64_t arena_trim(mem_arena *a, uint64_t keep_idle);
 
 typedef struct {
