@@ -47,8 +47,8 @@ BUCKET=${DSTL_PERF_S3_BUCKET:-dstl-bench-$$}
 SIG=(--aws-sigv4 "aws:amz:$REGION:s3" --user "$S3_ACCESS_KEY:$S3_SECRET_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD")
 # The bucket this script made is emptied and removed at exit: the runs leave every segment
 # their last handles name, a few GB per make perf, and repeated runs against one server filled
-# a 20 GiB BlueStore OSD until its PUTs hung. A bucket the user named (DSTL_PERF_S3_BUCKET) is
-# left as it is: it may hold what others still need.
+# a 20 GiB BlueStore OSD until its PUTs hung. A bucket the user named (DSTL_PERF_S3_BUCKET), or
+# one that existed before, is left as it is: it may hold what others still need.
 empty_bucket() {
   local body i
   for i in $(seq 1 2000); do           # 1,000 keys a round: at most 2 M objects
@@ -67,15 +67,24 @@ if keys:
   return 1
 }
 cleanup() {
-  if [ -z "${DSTL_PERF_S3_BUCKET:-}" ]; then
+  if [ "$MADE_BUCKET" = 1 ]; then
     if ! empty_bucket || ! curl -sf -o /dev/null "${SIG[@]}" -X DELETE "$S3_ENDPOINT/$BUCKET"; then
       echo "perf/remote.sh: could not empty and remove bucket $BUCKET at $S3_ENDPOINT; remove it by hand" >&2
     fi
   fi
   rm -rf "$W"
 }
+# Made here only when it did not exist before (a HEAD answered 404): a bucket that happens to
+# carry the name already is someone's, and is never emptied.
+MADE_BUCKET=0
 trap cleanup EXIT
-curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
+if [ -z "${DSTL_PERF_S3_BUCKET:-}" ] &&
+   [ "$(curl -s -o /dev/null -w '%{http_code}' "${SIG[@]}" -I "$S3_ENDPOINT/$BUCKET")" = 404 ] &&
+   curl -sf -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET"; then
+  MADE_BUCKET=1
+else
+  curl -s -o /dev/null "${SIG[@]}" -X PUT "$S3_ENDPOINT/$BUCKET" || true
+fi
 out="$W/lines"; : > "$out"
 emit() { tee -a "$out"; }
 val() { awk -v k="$1" '$1 == k { v = $2 } END { print v }' "$out"; }
