@@ -1281,3 +1281,112 @@ Test(wire_segment, padding_alignment_must_be_a_power_of_two_up_to_the_maximum)
     wire_segment_out_free(&out);
     mseg_free(&m);
 }
+
+/* ---- the builder (wire_seg_begin .. finish: the pipeline's section-at-a-time encode) ---- */
+
+/* Builds m's sections [0, n) one at a time into a buffer of cap bytes; returns the last
+ * add's code (0: all added) and finishes with what went in. The writer ids are overwritten
+ * between each add and the finish: the builder must have kept copies. */
+static int build(const mseg *m, size_t n, const wire_seg_opts *o, size_t cap, wire_segment_out *out, size_t *added)
+{
+    uint8_t *buf = malloc(cap);
+    wire_seg_builder *b;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_seg_begin(o, buf, cap, &b, &e), 0, "%s", e.msg);
+    int rc = 0;
+    char saved[64][32];
+    cr_assert(n <= 64);
+    *added = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        uint64_t before = wire_seg_bound(b);
+        rc = wire_seg_add(b, &m->in[i], &e);
+        if (rc == 0) {
+            (*added)++;
+            cr_assert_gt(wire_seg_bound(b), before);
+            memcpy(saved[i], m->secs[i].id, sizeof saved[i]);
+            memset(m->secs[i].id, 'X', sizeof m->secs[i].id - 1);
+        } else {
+            cr_assert_eq(wire_seg_bound(b), before, "a refused section changed the bound");
+        }
+        cr_assert_eq(wire_seg_sections(b), *added);
+    }
+    uint64_t bound = wire_seg_bound(b);
+    cr_assert_eq(wire_seg_finish(b, out, &e), 0, "%s", e.msg);
+    for (size_t i = 0; i < *added; i++) memcpy(m->secs[i].id, saved[i], sizeof saved[i]);
+    cr_assert_leq(out->len, bound, "the segment (%zu) passed its bound (%llu)", out->len, (unsigned long long)bound);
+    cr_assert_eq(out->buf, buf);
+    return rc;
+}
+
+static void same_segment(const wire_segment_out *a, const wire_segment_out *b)
+{
+    cr_assert_eq(a->len, b->len, "%zu != %zu bytes", a->len, b->len);
+    cr_assert(memcmp(a->buf, b->buf, a->len) == 0, "the bytes differ");
+    cr_assert_eq(a->nsecs, b->nsecs);
+    for (size_t i = 0; i < a->nsecs; i++) {
+        const wire_section_loc *x = &a->secs[i], *y = &b->secs[i];
+        cr_assert(x->offset == y->offset && x->stored_len == y->stored_len && x->seq_first == y->seq_first &&
+                  x->seq_end == y->seq_end && x->data_bytes == y->data_bytes && x->crc == y->crc &&
+                  x->kg_first == y->kg_first && x->kg_last == y->kg_last, "section %zu's place differs", i);
+    }
+    cr_assert_eq(a->footer_offset, b->footer_offset);
+    cr_assert_eq(a->footer_crc, b->footer_crc);
+}
+
+Test(wire_segment, a_segment_built_section_by_section_is_the_one_encode_makes_of_them, .timeout = 60)
+{
+    const int comps[] = {WIRE_COMP_NONE, WIRE_COMP_LZ4, WIRE_COMP_ZSTD};
+    for (int round = 0; round < 12; round++) {
+        mseg m = {0};
+        random_model(&m, 1 + rnd(40), 1 + rnd(3000), 1 + rnd(2u << 20), round % 3 == 0 ? KG_SPARSE : KG_DENSE);
+        wire_seg_opts o = {.run_id = "inc", .segment_no = rnd(1000), .created_ms = rnd(1u << 30),
+                           .compression = comps[round % 3]};
+        wire_segment_out one, inc;
+        encode_ok(&m, &o, &one);
+        size_t added;
+        cr_assert_eq(build(&m, m.nsecs, &o, one.len + (1u << 20), &inc, &added), 0);
+        cr_assert_eq(added, m.nsecs);
+        same_segment(&one, &inc);
+        check_segment(&m, &inc, &o);
+        wire_segment_out_free(&one);
+        wire_segment_out_free(&inc);
+        mseg_free(&m);
+    }
+}
+
+Test(wire_segment, a_section_the_builder_cannot_fit_or_encode_is_left_out_and_the_rest_is_whole)
+{
+    mseg m = {0};
+    random_model(&m, 3, 400, 200000, KG_DENSE);
+    wire_seg_opts o = sample_opts(WIRE_COMP_NONE);
+    /* the encode's buffer for section 0 alone holds section 0 and no more */
+    wire_segment_out first, inc;
+    wire_err e = {{0}};
+    cr_assert_eq(wire_segment_encode(&o, m.in, 1, &first, &e), 0, "%s", e.msg);
+    size_t added;
+    cr_assert_eq(build(&m, 2, &o, first.cap, &inc, &added), -ENOSPC);
+    cr_assert_eq(added, 1);
+    same_segment(&first, &inc);
+    wire_segment_out_free(&inc);
+
+    /* a section whose record count does not match its records: refused, the others stay */
+    m.in[1].nrec++;
+    uint8_t *buf = malloc(1u << 20);
+    wire_seg_builder *b;
+    cr_assert_eq(wire_seg_begin(&o, buf, 1u << 20, &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(wire_seg_add(b, &m.in[0], &e), 0, "%s", e.msg);
+    cr_assert_eq(wire_seg_add(b, &m.in[1], &e), -EINVAL);
+    cr_assert(strstr(e.msg, "section 1"), "%s", e.msg);
+    cr_assert_eq(wire_seg_sections(b), 1);
+    cr_assert_eq(wire_seg_finish(b, &inc, &e), 0, "%s", e.msg);
+    same_segment(&first, &inc);
+    wire_segment_out_free(&inc);
+    wire_segment_out_free(&first);
+
+    /* finishing with no section is refused (the buffer stays the caller's) */
+    buf = malloc(4096);
+    cr_assert_eq(wire_seg_begin(&o, buf, 4096, &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(wire_seg_finish(b, &inc, &e), -EINVAL);
+    free(buf);
+    mseg_free(&m);
+}

@@ -18,9 +18,12 @@
  * Both passes are bound by memory, not instructions: the scan prefetches the records ahead
  * of it, and the copy the lines each run writes next (one cursor per key group is too many
  * streams for the hardware prefetcher). Compression (when asked) works from a scratch copy of
- * the raw body in the tail of the output buffer. The footer is sized before the sections are
+ * the raw body (one section's, the encoder's own). The footer is sized before the sections are
  * written, so the output is allocated once, at its final size (or the codec bound, plus room
  * for padding when asked: footer_pad), and written last, by footer_enc.c (not protobuf-c).
+ * The same code builds a segment one section at a time (wire_seg_begin .. finish, the builder
+ * below): each section's footer entry is sized as it is added, and a section that would not
+ * leave room for the footer so far is refused whole.
  *
  * Pure; any thread; the inputs are only read.
  */
@@ -333,12 +336,12 @@ static uint64_t footer_pad(const wire_seg_opts *o, uint64_t len, uint64_t max, s
     return len;
 }
 
-/* The option checks; sealing needs a valid key, a data key, and ids the key block and the
- * associated data can hold. */
-static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, wire_err *err)
+/* The option checks; sealing needs a valid key, a data key, and a run id the key block and
+ * the associated data can hold. */
+static int check_opts(const wire_seg_opts *o, int alloc_pair, wire_err *err)
 {
-    if (!o || !secs || nsecs == 0 || !o->run_id || !o->alloc != !o->release)
-        return wire_fail(err, -EINVAL, "segment encode: missing options, sections, run id or allocator");
+    if (!o || !o->run_id || (alloc_pair && !o->alloc != !o->release))
+        return wire_fail(err, -EINVAL, "segment encode: missing options, run id or allocator");
     if (o->compression < WIRE_COMP_NONE || o->compression > WIRE_COMP_ZSTD)
         return wire_fail(err, -EINVAL, "segment encode: unknown compression %d", o->compression);
     if (o->pad_align > WIRE_PAD_ALIGN_MAX || (o->pad_align & (o->pad_align - 1)))
@@ -350,151 +353,358 @@ static int check_opts(const wire_seg_opts *o, const wire_section_in *secs, size_
     if (!wire_key_id_valid(o->seal_key->id, strlen(o->seal_key->id)) || !o->run_id[0] ||
         strlen(o->run_id) > SEAL_RUN_ID_MAX)
         return wire_fail(err, -EINVAL, "segment encode: bad key id or run id for sealing");
-    for (size_t i = 0; i < nsecs; i++)
-        if (secs[i].writer_id && strlen(secs[i].writer_id) > SEAL_WRITER_ID_MAX)
-            return wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
     return 0;
 }
 
-/* Writes every section from WIRE_SEG_HEADER_LEN on, sealing each when t->seal is set, and
- * fills their footer entries; returns where the sections end. */
-static uint64_t emit_all(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
-                         wire_segment_out *r, uint8_t *scratch, int *rc, wire_err *err)
+/* ---- the builder: a segment written one section at a time ----
+ *
+ * wire_segment_encode sizes the whole segment first and allocates it once; the builder writes
+ * each section as it comes into a buffer its caller gave, checking that the section, the
+ * footer entries so far and the trailer still fit, and writes the footer at the end. Both are
+ * this one path: the encode is the builder over a buffer sized for exactly its sections. */
+struct wire_seg_builder {
+    wire_seg_opts o;            /* its strings and keys are the caller's, valid until the end */
+    enc_tmp t;                  /* t.nplans: the sections added */
+    size_t cap_secs, cap_fruns, cap_kruns;
+    size_t nruns;               /* the runs of the sections added (the next one's first) */
+    wire_segment_out r;         /* buf and cap (the caller's), secs */
+    uint64_t pos;               /* where the next section goes */
+    uint64_t fsize;             /* the footer's protobuf at most: its head, each section sized */
+    uint8_t *scratch;           /* compression: one section's raw body */
+    uint64_t scratch_cap;
+    char *ids;                  /* the sections' writer ids, copied (a writer may go before the end) */
+    size_t ids_len, ids_cap;
+    size_t *id_at;              /* each section's id in ids */
+    fpb_head head;
+    size_t blen;                /* the seal block's length (0: plain) */
+    uint8_t block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
+};
+
+static void builder_free(wire_seg_builder *b)
 {
-    uint64_t pos = WIRE_SEG_HEADER_LEN;
-    *rc = 0;
-    for (size_t i = 0, run0 = 0; i < nsecs && *rc == 0; run0 += t->plans[i].nruns, i++) {
-        sec_plan *pl = &t->plans[i];
-        int comp;
-        uint64_t c = section_cap(o, pl);
-        uint32_t crc;
-        uint64_t stored = emit_section(o, &secs[i], pl, scratch, r->buf + pos, c, &comp, &crc, rc);
-        if (*rc < 0) {
-            wire_fail(err, *rc, "section %zu (%s): its records do not match its tally (torn, outside its "
-                      "key groups, or other counts)", i, secs[i].writer_id);
-            break;
+    if (!b) return;
+    enc_tmp_free(&b->t);
+    free(b->r.secs);
+    free(b->scratch);
+    free(b->ids);
+    free(b->id_at);
+    free(b);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 16;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return -ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* Room for n sections' entries. The footer entries point at their tags: moved with them. */
+static int ensure_secs(wire_seg_builder *b, size_t n)
+{
+    if (n <= b->cap_secs) return 0;
+    size_t c = b->cap_secs ? b->cap_secs : 16;
+    while (c < n) c *= 2;
+    sec_plan *pl = realloc(b->t.plans, c * sizeof *pl);
+    if (pl) b->t.plans = pl;
+    fpb_section *fs = realloc(b->t.fsecs, c * sizeof *fs);
+    if (fs) b->t.fsecs = fs;
+    wire_section_loc *loc = realloc(b->r.secs, c * sizeof *loc);
+    if (loc) b->r.secs = loc;
+    size_t *at = realloc(b->id_at, c * sizeof *at);
+    if (at) b->id_at = at;
+    int ok = pl && fs && loc && at;
+    if (ok && b->t.sealed) {
+        uint8_t(*tags)[16] = realloc(b->t.sec_tags, c * sizeof *tags);
+        if (tags) {
+            b->t.sec_tags = tags;
+            for (size_t i = 0; i < b->t.nplans; i++)
+                if (fs[i].tag) fs[i].tag = tags[i];
         }
-        r->secs[i] = section_loc(&secs[i], pl, pos, stored, crc);
-        wire_kg_run *kr = t->seal ? t->kruns + run0 : NULL;
-        if (kr)
-            r->secs[i].crc = seal_section(t->seal, &secs[i], pl, (uint32_t)i, &r->secs[i], comp, r->buf + pos,
-                                          kr, t->sec_tags[i], rc);
-        footer_section(&secs[i], pl, &r->secs[i], comp, 0, kr != NULL, &t->fsecs[i], kr ? t->sec_tags[i] : NULL);
-        pos += stored;
+        ok = tags != NULL;
     }
-    return pos;
-}
-
-/* Plans every section (from its tally, else by a scan): t->plans; the total number of runs, the
- * most one section has, and the largest raw body. */
-static int plan_sections(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs, enc_tmp *t,
-                         size_t *nruns, size_t *runs_max, uint64_t *raw_max, wire_err *err)
-{
-    for (size_t i = 0; i < nsecs; i++) {
-        sec_plan *pl = &t->plans[i];
-        int rc = plan_section(&secs[i], i, pl, err);
-        if (rc < 0) return rc;
-        if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0)
-            return wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
-                             (unsigned long long)pl->raw_len);
-        if (pl->raw_len > *raw_max) *raw_max = pl->raw_len;
-        *nruns += pl->nruns;
-        if (pl->nruns > *runs_max) *runs_max = pl->nruns;
-    }
+    if (!ok) return -ENOMEM;
+    b->cap_secs = c;
     return 0;
 }
+
+/* Room for a section of nruns runs, and its writer id. */
+static int ensure_runs(wire_seg_builder *b, size_t nruns, size_t id_len)
+{
+    if (grow((void **)&b->t.fruns, &b->cap_fruns, nruns ? nruns : 1, sizeof *b->t.fruns) < 0) return -ENOMEM;
+    if (b->t.sealed && grow((void **)&b->t.kruns, &b->cap_kruns, b->nruns + nruns + 1, sizeof *b->t.kruns) < 0)
+        return -ENOMEM;
+    return grow((void **)&b->ids, &b->ids_cap, b->ids_len + id_len + 1, 1);
+}
+
+/* Section i's footer entry sized at offset with its stored length at its cap (the most its
+ * varints take), its runs from run0; fills t.fsecs[i] for sizing (rewritten once written). */
+static size_t size_section(wire_seg_builder *b, size_t i, const wire_section_in *s, const sec_plan *pl,
+                           uint64_t offset, size_t run0)
+{
+    enc_tmp *t = &b->t;
+    sec_plan saved = t->plans[i];
+    t->plans[i] = *pl;          /* footer_runs reads the plan there */
+    wire_section_loc loc = section_loc(s, pl, offset, section_cap(&b->o, pl), UINT32_MAX);
+    footer_section(s, pl, &loc, b->o.compression, 1, t->sealed, &t->fsecs[i], t->sealed ? t->sec_tags[i] : NULL);
+    t->sizing = 1;
+    size_t n = footer_section_size(&t->fsecs[i], footer_runs(t, i, run0), pl->nruns);
+    t->sizing = 0;
+    t->plans[i] = saved;
+    return n;
+}
+
+static wire_seg_builder *builder_new(const wire_seg_opts *o, size_t nsecs_hint)
+{
+    wire_seg_builder *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->o = *o;
+    b->t.sealed = o->seal_key != NULL;
+    b->r.release = o->release;
+    b->r.release_ctx = o->alloc_ctx;
+    b->head = (fpb_head){.format_version = WIRE_VERSION, .run_id = (const uint8_t *)o->run_id,
+                         .run_id_len = strlen(o->run_id), .segment_no = o->segment_no, .created_ms = o->created_ms};
+    b->blen = b->t.sealed ? seal_block_len(strlen(o->seal_key->id), strlen(o->run_id)) : 0;
+    b->fsize = footer_head_size(&b->head);
+    if (ensure_secs(b, nsecs_hint ? nsecs_hint : 1) < 0) {
+        builder_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Takes buf (cap bytes) for the segment: its header, and the seal's start. */
+static int builder_attach(wire_seg_builder *b, uint8_t *buf, size_t cap, wire_err *err)
+{
+    if (cap < WIRE_SEG_HEADER_LEN + b->blen + b->fsize + WIRE_SEG_TRAILER_LEN)
+        return wire_fail(err, -ENOSPC, "segment encode: a buffer of %zu bytes holds no section", cap);
+    b->r.buf = buf;
+    b->r.cap = cap;
+    b->pos = WIRE_SEG_HEADER_LEN;
+    wire_header_put(buf, b->o.segment_no, b->t.sealed ? WIRE_SEG_FLAG_SEALED : 0);
+    if (b->t.sealed &&
+        seal_start(b->o.seal_key, b->o.seal_data_key, buf, b->o.segment_no, b->o.run_id, b->block, &b->t.seal) < 0)
+        return wire_fail(err, -EINVAL, "segment encode: sealing failed");
+    return 0;
+}
+
+/* Adds section s, planned as pl (taken: freed when it is not added), whose footer entry takes
+ * at most fs bytes (0: sized here, at the section's place). Writes it at the next place, then
+ * seals it. 0; -ENOSPC when it does not fit beside the footer and trailer (nothing changed);
+ * -EINVAL or -ENOMEM (the section is not added; those before it stay as they were). */
+static int add_planned(wire_seg_builder *b, const wire_section_in *s, sec_plan *pl, size_t fs, wire_err *err)
+{
+    const wire_seg_opts *o = &b->o;
+    size_t i = b->t.nplans, idl = s->writer_id ? strlen(s->writer_id) : 0;
+    int rc = 0;
+    if (b->t.sealed && idl > SEAL_WRITER_ID_MAX)
+        rc = wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
+    else if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0)
+        rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
+                       (unsigned long long)pl->raw_len);
+    else if (ensure_secs(b, i + 1) < 0 || ensure_runs(b, pl->nruns, idl) < 0 ||
+             (o->compression != WIRE_COMP_NONE &&
+              grow((void **)&b->scratch, &b->scratch_cap, pl->raw_len ? pl->raw_len : 1, 1) < 0))
+        rc = wire_fail(err, -ENOMEM, "segment encode: out of memory");
+    if (rc < 0) {
+        plan_free(pl);
+        return rc;
+    }
+    uint64_t c = section_cap(o, pl);
+    if (!fs) fs = size_section(b, i, s, pl, b->pos, b->nruns);
+    if (c > b->r.cap || b->pos + c + b->fsize + fs + b->blen + WIRE_SEG_TRAILER_LEN > b->r.cap) {
+        plan_free(pl);
+        return -ENOSPC;
+    }
+    int comp;
+    uint32_t crc;
+    uint64_t stored = emit_section(o, s, pl, b->scratch, b->r.buf + b->pos, c, &comp, &crc, &rc);
+    if (rc < 0) {
+        plan_free(pl);
+        return wire_fail(err, rc, "section %zu (%s): its records do not match its tally (torn, outside its "
+                         "key groups, or other counts)", i, s->writer_id);
+    }
+    b->t.plans[i] = *pl;
+    wire_section_loc *loc = &b->r.secs[i];
+    *loc = section_loc(s, pl, b->pos, stored, crc);
+    wire_kg_run *kr = b->t.seal ? b->t.kruns + b->nruns : NULL;
+    if (kr) {
+        loc->crc = seal_section(b->t.seal, s, pl, (uint32_t)i, loc, comp, b->r.buf + b->pos, kr, b->t.sec_tags[i], &rc);
+        if (rc < 0) {
+            plan_free(&b->t.plans[i]);
+            return wire_fail(err, rc, "segment encode: sealing section %zu failed", i);
+        }
+    }
+    b->id_at[i] = b->ids_len;
+    if (idl) memcpy(b->ids + b->ids_len, s->writer_id, idl);
+    b->ids[b->ids_len + idl] = 0;
+    b->ids_len += idl + 1;
+    footer_section(s, pl, loc, comp, 0, kr != NULL, &b->t.fsecs[i], kr ? b->t.sec_tags[i] : NULL);
+    b->pos += stored;
+    b->fsize += fs;
+    b->nruns += pl->nruns;
+    b->t.nplans = i + 1;
+    b->r.nsecs = i + 1;
+    return 0;
+}
+
+/* Writes the footer (sealed, padded as asked) and the trailer after the sections; *out then
+ * holds the segment in the builder's buffer. The builder is freed either way; on failure the
+ * buffer is still the caller's. */
+static int builder_finish(wire_seg_builder *b, wire_segment_out *out, wire_err *err)
+{
+    int rc = 0;
+    enc_tmp *t = &b->t;
+    size_t n = t->nplans;
+    uint8_t *buf = b->r.buf;
+    uint64_t pos = b->pos;
+    for (size_t i = 0; i < n; i++)
+        t->fsecs[i].writer_id = (const uint8_t *)b->ids + b->id_at[i];   /* the copies, not the callers' */
+    size_t pad = 0;
+    if (b->o.pad_align && pos <= b->o.pad_limit)
+        footer_pad(&b->o, pos + b->blen + footer_len(&b->head, t, n) + WIRE_SEG_TRAILER_LEN, b->r.cap, &pad);
+    uint8_t *fend = n ? footer_put(buf + pos + b->blen, buf + b->r.cap - WIRE_SEG_TRAILER_LEN, &b->head, t, n, pad)
+                      : NULL;
+    if (!n) rc = wire_fail(err, -EINVAL, "segment encode: no sections");
+    else if (!fend)
+        rc = wire_fail(err, -EINVAL, "segment encode: the footer outgrew the %llu bytes it was sized at (a bug)",
+                       (unsigned long long)b->fsize);
+    size_t pblen = fend ? (size_t)(fend - (buf + pos + b->blen)) : 0;
+    if (rc == 0 && t->sealed) {
+        if ((rc = seal_footer(t->seal, 0, b->block, b->blen, buf + pos + b->blen, pblen)) < 0)
+            wire_fail(err, rc, "segment encode: sealing the footer failed");
+        else memcpy(buf + pos, b->block, b->blen);
+    }
+    if (rc == 0) {
+        wire_segment_out r = b->r;
+        size_t flen = b->blen + pblen;
+        r.footer_offset = pos;
+        r.footer_len = (uint32_t)flen;
+        r.footer_crc = wire_crc32c(0, buf + pos, flen);
+        put_trailer(buf + pos + flen, pos, r.footer_len, r.footer_crc, t->sealed ? WIRE_SEG_FLAG_SEALED : 0);
+        r.len = pos + flen + WIRE_SEG_TRAILER_LEN;
+        *out = r;
+        b->r.secs = NULL;       /* out's now */
+    }
+    builder_free(b);
+    return rc;
+}
+
+int wire_seg_begin(const wire_seg_opts *o, uint8_t *buf, size_t cap, wire_seg_builder **out, wire_err *err)
+{
+    int rc = out && buf ? check_opts(o, 0, err) : wire_fail(err, -EINVAL, "segment builder: NULL buffer or output");
+    if (rc < 0) return rc;
+    wire_seg_builder *b = builder_new(o, 0);
+    if (!b) return wire_fail(err, -ENOMEM, "segment encode: out of memory");
+    if ((rc = builder_attach(b, buf, cap, err)) < 0) {
+        builder_free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+int wire_seg_add(wire_seg_builder *b, const wire_section_in *s, wire_err *err)
+{
+    if (!b || !s) return wire_fail(err, -EINVAL, "segment builder: NULL argument");
+    sec_plan pl = {0};
+    int rc = plan_section(s, b->t.nplans, &pl, err);
+    if (rc < 0) {
+        plan_free(&pl);
+        return rc;
+    }
+    return add_planned(b, s, &pl, 0, err);
+}
+
+size_t wire_seg_sections(const wire_seg_builder *b) { return b ? b->t.nplans : 0; }
+
+uint64_t wire_seg_bound(const wire_seg_builder *b)
+{
+    return b ? b->pos + b->blen + b->fsize + WIRE_SEG_TRAILER_LEN : 0;
+}
+
+int wire_seg_finish(wire_seg_builder *b, wire_segment_out *out, wire_err *err)
+{
+    if (!b || !out) {
+        builder_free(b);
+        return wire_fail(err, -EINVAL, "segment builder: NULL argument");
+    }
+    return builder_finish(b, out, err);
+}
+
+void wire_seg_abort(wire_seg_builder *b) { builder_free(b); }
 
 int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
                         wire_segment_out *out, wire_err *err)
 {
-    int rc = out ? check_opts(o, secs, nsecs, err) : wire_fail(err, -EINVAL, "segment encode: NULL output");
+    int rc = !out ? wire_fail(err, -EINVAL, "segment encode: NULL output")
+             : !secs || nsecs == 0 ? wire_fail(err, -EINVAL, "segment encode: missing options, sections, run id or allocator")
+                                   : check_opts(o, 1, err);
     if (rc < 0) return rc;
-    int sealed = o->seal_key != NULL;
-    enc_tmp t = {0};
-    wire_segment_out r = {.release = o->release, .release_ctx = o->alloc_ctx};
-    rc = -ENOMEM;
-    t.plans = calloc(nsecs, sizeof *t.plans);
-    r.secs = calloc(nsecs, sizeof *r.secs);
-    if (!t.plans || !r.secs) goto fail;
-    t.nplans = nsecs;
-    t.sealed = sealed;
-
     /* Plan every section, then size the footer with each section at its cap, so that the
      * output is allocated once and written in place. */
-    size_t nruns = 0, runs_max = 0;
-    uint64_t raw_max = 0;
-    if ((rc = plan_sections(o, secs, nsecs, &t, &nruns, &runs_max, &raw_max, err)) < 0) goto fail;
-    rc = -ENOMEM;
-    t.fsecs = malloc(nsecs * sizeof *t.fsecs);
-    t.fruns = malloc((runs_max ? runs_max : 1) * sizeof *t.fruns);
-    if (!t.fsecs || !t.fruns) goto fail;
-    if (sealed && (!(t.kruns = calloc(nruns ? nruns : 1, sizeof *t.kruns)) ||
-                   !(t.sec_tags = calloc(nsecs, sizeof *t.sec_tags))))
-        goto fail;
-    fpb_head head = {.format_version = WIRE_VERSION, .run_id = (const uint8_t *)o->run_id,
-                     .run_id_len = strlen(o->run_id), .segment_no = o->segment_no, .created_ms = o->created_ms};
-    uint64_t pos = WIRE_SEG_HEADER_LEN;
-    for (size_t i = 0; i < nsecs; i++) {
-        uint64_t c = section_cap(o, &t.plans[i]);
-        wire_section_loc loc = section_loc(&secs[i], &t.plans[i], pos, c, UINT32_MAX);
-        footer_section(&secs[i], &t.plans[i], &loc, o->compression, 1, sealed, &t.fsecs[i],
-                       sealed ? t.sec_tags[i] : NULL);
-        pos += c;
+    sec_plan *plans = calloc(nsecs, sizeof *plans);
+    size_t *fs = calloc(nsecs, sizeof *fs);
+    wire_seg_builder *b = plans && fs ? builder_new(o, nsecs) : NULL;
+    size_t owned = 0;           /* plans[owned..nsecs) are still this function's to free */
+    uint8_t *buf = NULL;
+    rc = b ? 0 : wire_fail(err, -ENOMEM, "segment encode: out of memory");
+    uint64_t pos = WIRE_SEG_HEADER_LEN, runs = 0;
+    for (size_t i = 0; rc == 0 && i < nsecs; i++) {
+        if ((rc = plan_section(&secs[i], i, &plans[i], err)) < 0) break;
+        size_t idl = secs[i].writer_id ? strlen(secs[i].writer_id) : 0;
+        if (b->t.sealed && idl > SEAL_WRITER_ID_MAX)
+            rc = wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
+        else if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, plans[i].raw_len) == 0)
+            rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
+                           (unsigned long long)plans[i].raw_len);
+        else if (grow((void **)&b->t.fruns, &b->cap_fruns, plans[i].nruns ? plans[i].nruns : 1, sizeof *b->t.fruns) < 0 ||
+                 (b->t.sealed && grow((void **)&b->t.kruns, &b->cap_kruns, runs + plans[i].nruns + 1,
+                                      sizeof *b->t.kruns) < 0))
+            rc = wire_fail(err, -ENOMEM, "segment encode: out of memory");
+        if (rc < 0) break;
+        fs[i] = size_section(b, i, &secs[i], &plans[i], pos, runs);
+        pos += section_cap(o, &plans[i]);
+        b->fsize += fs[i];
+        runs += plans[i].nruns;
     }
-    size_t blen = sealed ? seal_block_len(strlen(o->seal_key->id), strlen(o->run_id)) : 0;
-    t.sizing = 1;
-    size_t fmax = footer_len(&head, &t, nsecs) + blen;
-    t.sizing = 0;
-    if (fmax > UINT32_MAX) {
-        rc = wire_fail(err, -EINVAL, "segment footer of %zu bytes is too large", fmax);
-        goto fail;
-    }
-    uint64_t scratch_len = o->compression != WIRE_COMP_NONE ? raw_max : 0;
+    if (rc == 0 && b->fsize + b->blen > UINT32_MAX)
+        rc = wire_fail(err, -EINVAL, "segment footer of %llu bytes is too large",
+                       (unsigned long long)(b->fsize + b->blen));
     /* room for padding only where it may apply (a large segment's buffer stays its size) */
-    uint64_t pad_room = o->pad_align && pos <= o->pad_limit ? 2 * (uint64_t)o->pad_align : 0;
-    uint64_t cap = pos + fmax + WIRE_SEG_TRAILER_LEN + scratch_len + pad_room;
-    if (cap > SIZE_MAX / 2) goto fail;
-    r.buf = o->alloc ? o->alloc(o->alloc_ctx, (size_t)cap) : malloc((size_t)cap);
-    if (!r.buf) goto fail;
-    r.cap = (size_t)cap;
-
-    uint16_t flags = sealed ? WIRE_SEG_FLAG_SEALED : 0;
-    wire_header_put(r.buf, o->segment_no, flags);
-    uint8_t block[SEAL_FIXED_LEN + WIRE_KEY_ID_MAX + SEAL_RUN_ID_MAX];
-    if (sealed && (rc = seal_start(o->seal_key, o->seal_data_key, r.buf, o->segment_no, o->run_id, block,
-                                   &t.seal)) < 0)
-        goto fail;
-    pos = emit_all(o, secs, nsecs, &t, &r, r.buf + cap - scratch_len, &rc, err);
-    if (rc < 0) goto fail;
-    r.nsecs = nsecs;
-    size_t pad = 0;
-    if (o->pad_align && pos <= o->pad_limit)
-        footer_pad(o, pos + blen + footer_len(&head, &t, nsecs) + WIRE_SEG_TRAILER_LEN, cap - scratch_len, &pad);
-    uint8_t *fend = footer_put(r.buf + pos + blen, r.buf + cap - scratch_len - WIRE_SEG_TRAILER_LEN, &head, &t,
-                               nsecs, pad);
-    if (!fend) {
-        rc = wire_fail(err, -EINVAL, "segment encode: the footer outgrew the %zu bytes it was sized at (a bug)", fmax);
-        goto fail;
+    uint64_t cap = 0;
+    if (rc == 0) {
+        uint64_t pad_room = o->pad_align && pos <= o->pad_limit ? 2 * (uint64_t)o->pad_align : 0;
+        cap = pos + b->fsize + b->blen + WIRE_SEG_TRAILER_LEN + pad_room;
+        if (cap > SIZE_MAX / 2 || !(buf = o->alloc ? o->alloc(o->alloc_ctx, (size_t)cap) : malloc((size_t)cap)))
+            rc = wire_fail(err, -ENOMEM, "segment encode: out of memory");
     }
-    size_t pblen = (size_t)(fend - (r.buf + pos + blen));
-    if (sealed) {
-        if ((rc = seal_footer(t.seal, 0, block, blen, r.buf + pos + blen, pblen)) < 0) goto fail;
-        memcpy(r.buf + pos, block, blen);
+    if (rc == 0) {
+        b->fsize = footer_head_size(&b->head);    /* counted again as the sections go in */
+        rc = builder_attach(b, buf, (size_t)cap, err);
     }
-    size_t flen = blen + pblen;
-    r.footer_offset = pos;
-    r.footer_len = (uint32_t)flen;
-    r.footer_crc = wire_crc32c(0, r.buf + pos, flen);
-    put_trailer(r.buf + pos + flen, pos, r.footer_len, r.footer_crc, flags);
-    r.len = pos + flen + WIRE_SEG_TRAILER_LEN;
-    enc_tmp_free(&t);
-    *out = r;
-    return 0;
-fail:
-    enc_tmp_free(&t);
-    wire_segment_out_free(&r);
-    if (rc == -ENOMEM) wire_fail(err, -ENOMEM, "segment encode: out of memory");
-    else if (rc < 0 && err && !err->msg[0]) wire_fail(err, rc, "segment encode: sealing failed");
+    /* add_planned takes each plan, also the one it fails on */
+    while (rc == 0 && owned < nsecs) {
+        size_t i = owned++;
+        if ((rc = add_planned(b, &secs[i], &plans[i], fs[i], err)) == -ENOSPC)
+            rc = wire_fail(err, -EINVAL, "segment encode: section %zu outgrew the size it was planned at (a bug)", i);
+    }
+    if (rc == 0) {
+        rc = builder_finish(b, out, err);
+        b = NULL;
+    }
+    for (size_t i = owned; i < nsecs && plans; i++) plan_free(&plans[i]);
+    builder_free(b);
+    if (rc < 0 && buf) {
+        if (o->release) o->release(o->alloc_ctx, buf);
+        else free(buf);
+    }
+    free(plans);
+    free(fs);
     return rc;
 }
 

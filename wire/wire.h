@@ -134,8 +134,8 @@ typedef struct {
      * saves the page fault that every fresh 4 KiB page costs (slow under virtualization; it
      * can cost more than encoding). alloc(ctx, len) returns at least len bytes or NULL; the
      * encoder calls it once per segment, and release(ctx, p) (from wire_segment_out_free, or
-     * on failure) gives the buffer back. len may exceed the segment by the codec bounds and,
-     * when compressing, by one raw section (scratch). Called on the encoding thread. */
+     * on failure) gives the buffer back. len may exceed the segment by the codec bounds (a
+     * compressed section's scratch copy is the encoder's own). Called on the encoding thread. */
     void *(*alloc)(void *ctx, size_t len);
     void (*release)(void *ctx, void *p);
     void *alloc_ctx;
@@ -189,6 +189,30 @@ typedef struct {
 int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, size_t nsecs,
                         wire_segment_out *out, wire_err *err);
 void wire_segment_out_free(wire_segment_out *out);
+
+/* A segment built one section at a time, into a buffer the caller gives (the pipeline encodes
+ * each section as it joins the open batch, so only the footer is left when the batch closes).
+ * The result is the segment wire_segment_encode makes of the same sections with the same
+ * options, but for padding room and the buffer's size.
+ *   begin   writes the header into buf (cap bytes; o->alloc is not used, o->release is what
+ *           the finished wire_segment_out frees buf with, NULL = free). o's strings and keys
+ *           must stay valid until finish or abort; the data key is read here only.
+ *   add     writes section s (its records are read only during the call; the writer id is
+ *           copied). 0; -ENOSPC when it does not fit beside the footer so far and the trailer
+ *           (the builder is unchanged); -EINVAL or -ENOMEM as wire_segment_encode (the section
+ *           is not added, the builder still holds those before it).
+ *   bound   the segment's length if it were finished now, at most (the footer sized).
+ *   finish  writes the footer and trailer: *out holds the segment in buf. At least one
+ *           section. The builder is freed either way; on failure buf is still the caller's.
+ *   abort   frees the builder, not buf.
+ * One thread at a time. */
+typedef struct wire_seg_builder wire_seg_builder;
+int wire_seg_begin(const wire_seg_opts *o, uint8_t *buf, size_t cap, wire_seg_builder **out, wire_err *err);
+int wire_seg_add(wire_seg_builder *b, const wire_section_in *s, wire_err *err);
+size_t wire_seg_sections(const wire_seg_builder *b);
+uint64_t wire_seg_bound(const wire_seg_builder *b);
+int wire_seg_finish(wire_seg_builder *b, wire_segment_out *out, wire_err *err);
+void wire_seg_abort(wire_seg_builder *b);
 
 /* ---- segment decoding ---------------------------------------------------------------------- */
 
