@@ -193,6 +193,17 @@ int arena_owns(const mem_arena *a, const uint8_t *p)
     return a && p >= a->base && p < a->base + a->reserved;
 }
 
+uint64_t arena_shrink(mem_arena *a, uint8_t *p, uint64_t len)
+{
+    size_t b = (size_t)((uint64_t)(p - a->base) / ARENA_BLOCK_BYTES), n = blocks_of(len ? len : 1);
+    if (n < a->run[b]) {
+        mark(a, b + n, a->run[b] - n, 0);
+        a->st.in_use -= (uint64_t)(a->run[b] - n) * ARENA_BLOCK_BYTES;
+        a->run[b] = (uint32_t)n;
+    }
+    return (uint64_t)a->run[b] * ARENA_BLOCK_BYTES;
+}
+
 void arena_give(mem_arena *a, uint8_t *p, uint64_t len)
 {
     size_t b = (size_t)((uint64_t)(p - a->base) / ARENA_BLOCK_BYTES), n = blocks_of(len);

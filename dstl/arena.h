@@ -46,6 +46,9 @@ uint8_t *arena_take(mem_arena *a, uint64_t len);
 int arena_owns(const mem_arena *a, const uint8_t *p);
 /* The bytes of the blocks arena_take gave p (len rounded up to whole blocks). */
 uint64_t arena_len(const mem_arena *a, const uint8_t *p);
+/* p (arena_take's) keeps only the blocks its first len bytes (len > 0) lie in; the blocks past
+ * them are free again (their pages stay). Returns the bytes of the blocks it keeps. */
+uint64_t arena_shrink(mem_arena *a, uint8_t *p, uint64_t len);
 /* Gives back what arena_take(len) returned as p; the pages stay (the next take reuses them). */
 void arena_give(mem_arena *a, uint8_t *p, uint64_t len);
 /* Gives the pages of free blocks back to the kernel, whole huge pages from the highest down,

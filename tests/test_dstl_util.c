@@ -262,6 +262,31 @@ Test(dstl_arena, a_released_run_is_taken_again_lowest_first_so_the_touched_memor
     arena_free(NULL);
 }
 
+/* A segment built into a buffer larger than it turned out (pipeline/batch.c, finish_built)
+ * keeps only the blocks it holds: the rest are free for the next run, and the buffer is given
+ * back by its new length. */
+Test(dstl_arena, a_shrunk_run_frees_its_tail_blocks_for_the_next_take)
+{
+    const uint64_t mb = 1u << 20;
+    mem_arena *a = arena_new(8 * mb);
+    cr_assert_not_null(a);
+    uint8_t *x = arena_take(a, 6 * mb);
+    cr_assert_not_null(x);
+    cr_assert_eq(arena_shrink(a, x, 2 * mb + 1), 2 * mb + ARENA_BLOCK_BYTES, "its first bytes' blocks stay");
+    cr_assert_eq(arena_len(a, x), 2 * mb + ARENA_BLOCK_BYTES);
+    cr_assert_eq(arena_shrink(a, x, 3 * mb), 2 * mb + ARENA_BLOCK_BYTES, "a shrink never grows the run");
+    arena_stats st;
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.in_use, 2 * mb + ARENA_BLOCK_BYTES);
+    uint8_t *y = arena_take(a, 5 * mb);
+    cr_assert_eq(y, x + 2 * mb + ARENA_BLOCK_BYTES, "the freed tail is the next run's");
+    arena_give(a, x, arena_len(a, x));
+    arena_give(a, y, 5 * mb);
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.in_use, 0);
+    arena_free(a);
+}
+
 Test(dstl_arena, trim_gives_back_whole_free_huge_pages_from_the_top_and_keeps_what_it_is_told)
 {
     const uint64_t mb = 1u << 20, huge = 2u << 20;
