@@ -24,6 +24,8 @@ typedef struct pipeline_section {
     range *r;
     future_waitlist waiters;
     uint32_t index;             /* section index in its segment */
+    int encoded;                /* its records are in the batch's segment buffer only (their
+                                 * chunks went: batch_release_section) */
     uint64_t t_enq_ns;          /* when it was handed off: its futures' bound runs from here */
 } pipeline_section;
 

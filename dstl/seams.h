@@ -22,6 +22,11 @@ typedef struct {
     /* Nonzero: a restore plan's fetch gate (fetch_gate) holds the other GETs back this long at
      * most, instead of 20 ms, so a test can see what opens it. */
     uint32_t restore_gate_ms;
+    /* Nonzero: a segment encoded as its sections join (batch_encode_open) asks for a buffer of
+     * this many bytes, so a test can fill one and see the batch split. */
+    uint64_t build_cap_bytes;
+    /* Nonzero n: the n-th section added to such a segment fails as out of memory would. */
+    uint32_t fail_build_add;
 } storage_seams;
 
 /* dstl_storage_open with seams (NULL: none, which is dstl_storage_open). */

@@ -128,10 +128,12 @@ static uint64_t in_flight(dstl_storage *s)
 /* Records are freed from the writer once encoded, so a retry after ENOSPC comes from the failed
  * segment's sections (decompressed, decrypted, rebuilt): the retried handle must read back
  * every record exactly, and the failed records stay charged to max-in-flight until sent again. */
-static void retry_from_the_failed_segment(const char *codec, int encrypted)
+/* built: persist-delay 100 ms and ~350 KB of records, so the batch is encoded as its sections
+ * join (pipeline/batch.c, batch_encode_open) and the retry comes from that segment. */
+static void retry_from_the_failed_segment(const char *codec, int encrypted, int built)
 {
     const char *kf = encrypted ? tk_write(dir, "keys", "k: " TK_HEX_A "\n", 0600) : NULL;
-    dstl_config *c = t_config(dir, "dstl.io.engine", "psync", "dstl.batch.persist-delay", "0",
+    dstl_config *c = t_config(dir, "dstl.io.engine", "psync", "dstl.batch.persist-delay", built ? "100ms" : "0",
                               "dstl.compression", codec, kf ? "dstl.encryption.key-file" : NULL, kf, NULL);
     dstl_storage *s = NULL;
     storage_seams t = {.fault = fault};
@@ -140,7 +142,7 @@ static void retry_from_the_failed_segment(const char *codec, int encrypted)
     dstl_writer *w = NULL;
     cr_assert_eq(dstl_writer_open(s, "w", 0, 7, &w), 0);
     cr_assert_eq(dstl_append_meta(w, "schema", 6), 0);
-    uint64_t end = t_append_n(w, 1, 300, 0, 8, 700);
+    uint64_t end = t_append_n(w, 1, built ? 1000 : 300, 0, 8, 700);
     cr_assert_eq(ioeng_fault_add(fault, IOENG_OP_WRITE, ioeng_fault_seen(fault, IOENG_OP_WRITE) + 1, -ENOSPC), 0);
     dstl_handle *h = NULL;
     cr_assert_eq(t_persist_result(w, 0, 1, &h), -ENOSPC, "%s", dstl_last_error());
@@ -162,11 +164,74 @@ static void retry_from_the_failed_segment(const char *codec, int encrypted)
     free((char *)kf);
 }
 
-Test(dstl_faults, a_failed_batch_is_retried_from_its_segment) { retry_from_the_failed_segment("none", 0); }
-Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_lz4) { retry_from_the_failed_segment("lz4", 0); }
-Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd) { retry_from_the_failed_segment("zstd", 0); }
-Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_encrypted) { retry_from_the_failed_segment("none", 1); }
-Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd_encrypted) { retry_from_the_failed_segment("zstd", 1); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment) { retry_from_the_failed_segment("none", 0, 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_lz4) { retry_from_the_failed_segment("lz4", 0, 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd) { retry_from_the_failed_segment("zstd", 0, 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_encrypted) { retry_from_the_failed_segment("none", 1, 0); }
+Test(dstl_faults, a_failed_batch_is_retried_from_its_segment_zstd_encrypted) { retry_from_the_failed_segment("zstd", 1, 0); }
+Test(dstl_faults, a_failed_built_batch_is_retried_from_its_segment) { retry_from_the_failed_segment("none", 0, 1); }
+Test(dstl_faults, a_failed_built_batch_is_retried_from_its_segment_lz4_encrypted)
+{
+    retry_from_the_failed_segment("lz4", 1, 1);
+}
+
+/* A batch encoded as its sections join (pipeline/batch.c, batch_encode_open) whose next section
+ * cannot be encoded (out of memory, injected) fails unwritten: the section already in the
+ * segment has had its chunks freed, so its records are rebuilt from that segment (finished in
+ * memory, compressed and sealed as asked), the other keeps its chunks, both stay charged, and
+ * the retry reads back every record. */
+static void built_batch_fails_then_retries(const char *codec, int encrypted)
+{
+    const char *kf = encrypted ? tk_write(dir, "keys", "k: " TK_HEX_A "\n", 0600) : NULL;
+    dstl_config *c = t_config(dir, "dstl.batch.persist-delay", "1s", "dstl.compression", codec,
+                              kf ? "dstl.encryption.key-file" : NULL, kf, NULL);
+    dstl_storage *s = NULL;
+    storage_seams t = {.fault = fault, .fail_build_add = 2};
+    cr_assert_eq(storage_open_with_seams(c, &t, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *a = NULL, *b = NULL;
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 7, &a), 0);
+    cr_assert_eq(dstl_writer_open(s, "b", 0, 7, &b), 0);
+    cr_assert_eq(dstl_append_meta(a, "schema", 6), 0);
+    uint64_t end_a = t_append_n(a, 1, 1000, 0, 8, 700);   /* ~350 KB: the batch is built */
+    uint64_t end_b = t_append_n(b, 2, 1000, 0, 8, 700);
+    dstl_future *fa, *fb;
+    cr_assert_eq(dstl_persist(a, 0, 1, &fa), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_persist(b, 0, 1, &fb), 0, "%s", dstl_last_error());
+    dstl_handle *ha = NULL, *hb = NULL;
+    cr_assert_eq(dstl_future_wait(fa, 20000), 0);
+    cr_assert_eq(dstl_future_wait(fb, 20000), 0);
+    cr_assert_eq(dstl_future_result(fa, &ha), -ENOMEM, "%s", dstl_last_error());
+    cr_assert(strstr(dstl_last_error(), "out of memory (injected)"), "%s", dstl_last_error());
+    cr_assert_eq(dstl_future_result(fb, &hb), -ENOMEM, "%s", dstl_last_error());
+    dstl_future_free(fa);
+    dstl_future_free(fb);
+    uint64_t want = wire_rec_size(6) + pending_bytes(1, 1, end_a, 700) + pending_bytes(2, 0, end_b, 700);
+    cr_expect_eq(in_flight(s), want, "%s %s: %llu bytes in flight after the failure, the failed records are %llu",
+                 codec, encrypted ? "encrypted" : "plain", (unsigned long long)in_flight(s),
+                 (unsigned long long)want);
+    cr_assert_eq(t_persist_result(a, 0, 2, &ha), 0, "%s", dstl_last_error());
+    cr_assert_eq(t_persist_result(b, 0, 2, &hb), 0, "%s", dstl_last_error());
+    cr_expect_eq(verify_with_meta(s, ha, 0, 7), (long)end_a - 1);
+    cr_expect_eq(t_verify(s, hb, 2, 0, 8, 0, 7, 700), (long)end_b);
+    cr_expect_eq(in_flight(s), 0, "durable: nothing charged, %llu", (unsigned long long)in_flight(s));
+    dstl_handle_free(ha);
+    dstl_handle_free(hb);
+    dstl_writer_close(a);
+    dstl_writer_close(b);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    free((char *)kf);
+}
+
+Test(dstl_faults, a_built_batch_that_cannot_take_a_section_fails_and_is_retried) { built_batch_fails_then_retries("none", 0); }
+Test(dstl_faults, a_built_batch_that_cannot_take_a_section_fails_and_is_retried_zstd_encrypted)
+{
+    built_batch_fails_then_retries("zstd", 1);
+}
+Test(dstl_faults, a_built_batch_that_cannot_take_a_section_fails_and_is_retried_lz4)
+{
+    built_batch_fails_then_retries("lz4", 0);
+}
 
 /* A failed persist's records count toward max-in-flight until sent again or truncated: what an
  * outage leaves behind applies backpressure (with nothing else in flight one hand-off still

@@ -22,8 +22,11 @@
 
 #include "tests/helpers.h"
 #include "tests/helpers_dstl.h"
+#include "tests/payload.h"
+#include "dstl/seams.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
+#include "wire/wire.h"
 
 #define GC_WRITERS 4
 #define GC_RECORDS 400          /* ~240 KiB per writer: several preemptive hand-offs each */
@@ -622,4 +625,105 @@ Test(dstl_pipeline, small_segments_are_padded_to_whole_pages_and_read_back, .tim
         t_rm_rf(dir);
         free(dir);
     }
+}
+
+/* ---- a large batch is encoded as its sections join (pipeline/batch.c, batch_encode_open) ---- */
+
+/* The pending-record bytes of t_append_n's records [0, n) of stream wid (their charge). */
+static uint64_t records_bytes(uint32_t wid, uint64_t n, size_t max_len)
+{
+    uint64_t b = 0;
+    for (uint64_t seq = 0; seq < n; seq++) b += wire_rec_size(payload_len(wid, seq, max_len));
+    return b;
+}
+
+static dstl_stats stats_of(dstl_storage *s)
+{
+    dstl_stats st;
+    cr_assert_eq(dstl_storage_stats(s, &st), 0);
+    return st;
+}
+
+static void wait_verify(dstl_storage *s, dstl_future *f, uint32_t wid, uint64_t n, size_t max_len)
+{
+    cr_assert_eq(dstl_future_wait(f, 30000), 0, "writer %u: %s", wid, dstl_last_error());
+    dstl_handle *h = NULL;
+    cr_assert_eq(dstl_future_result(f, &h), 0, "%s", dstl_last_error());
+    long got = t_verify(s, h, wid, 0, 16, 0, 15, max_len);
+    cr_assert_eq(got, (long)n, "writer %u reads back %ld of %llu records", wid, got, (unsigned long long)n);
+    dstl_handle_free(h);
+    dstl_future_free(f);
+}
+
+/* A batch that holds BUILD_MIN_BYTES is encoded while it waits for its persist-delay, not at its
+ * flush: its records' chunks go at once and only the encoded copy stays charged. Before, the
+ * records and the reserve for their encoded copy (twice their bytes) stayed charged until the
+ * flush, and the encode ran between the segment before and this one's write. */
+Test(dstl_pipeline, a_large_batch_is_encoded_while_it_waits_and_holds_its_records_once, .timeout = 120)
+{
+    char *dir = t_mkdtemp("build");
+    dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "60s", "dstl.batch.persist-size-threshold", "4mb",
+                                     NULL);
+    dstl_writer *a, *b;
+    cr_assert_eq(dstl_writer_open(s, "a", 0, 15, &a), 0);
+    cr_assert_eq(dstl_writer_open(s, "b", 0, 15, &b), 0);
+    enum { NA = 3000, NB = 10000, MAXLEN = 700 };
+    uint64_t rec_a = records_bytes(1, NA, MAXLEN);
+    t_append_n(a, 1, NA, 0, 16, MAXLEN);
+    dstl_future *fa, *fb;
+    cr_assert_eq(dstl_persist(a, 0, 1, &fa), 0, "%s", dstl_last_error());
+    /* the charge falls to the encoded copy while the batch still waits (60 s, or 4 MB) */
+    uint64_t in = 0;
+    for (int i = 0; i < 2000 && (in = stats_of(s).in_flight_bytes) > rec_a + (64u << 10); i++) usleep(10000);
+    cr_assert_leq(in, rec_a + (64u << 10), "%llu bytes charged for %llu bytes of records, still unencoded",
+                  (unsigned long long)in, (unsigned long long)rec_a);
+    cr_assert_eq(dstl_future_wait(fa, 0), -ETIMEDOUT, "the batch was flushed, not waiting");
+    cr_assert_eq(stats_of(s).segments_written, 0);
+    /* b's records pass the size threshold: the batch closes with both */
+    t_append_n(b, 2, NB, 0, 16, MAXLEN);
+    cr_assert_eq(dstl_persist(b, 0, 1, &fb), 0, "%s", dstl_last_error());
+    wait_verify(s, fa, 1, NA, MAXLEN);
+    wait_verify(s, fb, 2, NB, MAXLEN);
+    dstl_stats st = stats_of(s);
+    cr_expect_eq(st.segments_written, 1);
+    cr_expect_eq(st.in_flight_bytes, 0, "durable: nothing charged, %llu", (unsigned long long)st.in_flight_bytes);
+    cr_assert_eq(dstl_writer_close(a), 0);
+    cr_assert_eq(dstl_writer_close(b), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
+}
+
+/* A section that no longer fits the built segment's buffer closes the batch: it is written at
+ * once, and that section and the ones after it open the next; every record reads back. */
+Test(dstl_pipeline, a_built_segment_that_fills_is_written_and_the_rest_opens_the_next, .timeout = 120)
+{
+    char *dir = t_mkdtemp("split");
+    dstl_config *c = t_config(dir, "dstl.batch.persist-delay", "1s", NULL);
+    storage_seams seams = {.build_cap_bytes = 1u << 20};
+    dstl_storage *s = NULL;
+    cr_assert_eq(storage_open_with_seams(c, &seams, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    enum { W = 4, N = 1000, MAXLEN = 800 };
+    dstl_writer *w[W];
+    dstl_future *f[W];
+    for (uint32_t i = 0; i < W; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "w%u", i);
+        cr_assert_eq(dstl_writer_open(s, id, 0, 15, &w[i]), 0);
+        t_append_n(w[i], i, N, 0, 16, MAXLEN);
+    }
+    uint64_t one = records_bytes(0, N, MAXLEN);
+    cr_assert(2 * one < (1u << 20) && 3 * one > (1u << 20), "%llu bytes a writer: two must fit 1 MiB, three not",
+              (unsigned long long)one);
+    for (uint32_t i = 0; i < W; i++) cr_assert_eq(dstl_persist(w[i], 0, 1, &f[i]), 0, "%s", dstl_last_error());
+    for (uint32_t i = 0; i < W; i++) wait_verify(s, f[i], i, N, MAXLEN);
+    dstl_stats st = stats_of(s);
+    cr_expect_eq(st.segments_written, 2, "%llu segments for four sections of which two fit a buffer",
+                 (unsigned long long)st.segments_written);
+    cr_expect_eq(st.in_flight_bytes, 0, "durable: nothing charged, %llu", (unsigned long long)st.in_flight_bytes);
+    for (uint32_t i = 0; i < W; i++) cr_assert_eq(dstl_writer_close(w[i]), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    t_rm_rf(dir);
+    free(dir);
 }

@@ -80,6 +80,11 @@ void *pool_get(buf_pool *p, size_t len, size_t *cap)
 }
 
 
+void pool_shrink(buf_pool *p, void *ptr, size_t len)
+{
+    if (arena_owns(p->arena, ptr)) (void)arena_shrink(p->arena, ptr, len);
+}
+
 uint64_t pool_idle_bytes(const buf_pool *p)
 {
     arena_stats st;

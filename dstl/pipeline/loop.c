@@ -248,16 +248,10 @@ static void remote_tick(pipeline_loop *loop)
     if (o && s->conf.durability == CFG_DURABILITY_REMOTE && o->remote_deadline_ns && now >= o->remote_deadline_ns) {
         /* Still not written at its futures' bound (it waited for room, or behind a segment
          * being written): it fails unwritten; its records stay for the next persist. */
-        loop->open = NULL;
         char why[300];
         snprintf(why, sizeof why, "not written within the bound of dstl.batch.persist-delay + "
                  "dstl.upload.max-attempts x dstl.upload.timeout + %u ms", REMOTE_SLACK_MS);
-        pthread_mutex_lock(&s->mu);
-        s->locked.pipe.q_waiting -= o->n;
-        if (o->deferred) s->locked.pipe.flush_need = 0;
-        batch_end(s, o, DSTL_EREMOTE, why);
-        pthread_mutex_unlock(&s->mu);
-        batch_free(o);
+        batch_fail_open(loop, DSTL_EREMOTE, why);
     }
     s3_stats st;
     s3_client_stats(s->loop.s3, &st);
@@ -388,9 +382,7 @@ static int take_queue(pipeline_loop *loop, int *has_deletes)
         b->n++;
         b->bytes += x->r->rec_bytes;
         b->reserve += x->r->enc_reserve;
-        uint64_t due = x->t_enq_ns + s->conf.persist_delay_us * 1000 +
-                       (s->conf.upload_max_attempts * s->conf.upload_timeout_ms + REMOTE_SLACK_MS - REMOTE_ACT_EARLY_MS) *
-                           1000000ull;
+        uint64_t due = section_due_ns(s, x);
         if (!b->remote_deadline_ns || due < b->remote_deadline_ns) b->remote_deadline_ns = due;
         s->locked.pipe.q_len--;
     }
@@ -472,6 +464,9 @@ static void *pipeline_main(void *arg)
                                         loop.reserved_upto < s->locked.reg.next_seg_no + 2))
             reserve_ahead(&loop);
         if (has_deletes) run_deletes(&loop);
+        /* A large batch is encoded as its sections join (batch_encode_open); one due now
+         * that has not started is encoded in one pass by its flush. */
+        if (loop.open && (loop.open->bld || !flush_due(&loop, closing, now_ns()))) batch_encode_open(&loop);
         if (flush_due(&loop, closing, now_ns())) batch_flush(&loop);
         /* The callbacks of the futures this turn completed: no lock is held here, so they may
          * persist again (include/dstl.h, dstl_future_on_done). */

@@ -61,7 +61,16 @@ typedef struct batch {
     int all_in;                 /* every open writer persisted into it: it closes now
                                  * (dstl.batch.close-when-all-in) */
     int await_lease;            /* its upload waits for the run's first lease */
-    int encoded;                /* its records are in out only (batch_release_records) */
+    uint64_t released;          /* the bytes of its ranges' records encoded and released
+                                 * (batch_release_section): no longer counted */
+    /* Encoded as its sections join (batch_encode_open): the segment so far, and the link to
+     * the first section not in it yet (*enc_link NULL: all are; sections join at the tail).
+     * Its buffer is b->bld_buf (pool_get's). */
+    wire_seg_builder *bld;
+    pipeline_section **enc_link;
+    uint8_t *bld_buf;
+    int no_bld;                 /* not built (no builder could start, or its first section did
+                                 * not fit one): encoded in one pass at the flush */
     keyring *keys;              /* the key ring it was sealed under (NULL: plain) */
     wire_index *ix;             /* out, opened to rebuild failed ranges (retain.c) */
     char key[640];
@@ -132,6 +141,7 @@ typedef struct pipeline_loop {
     batch *inflight_list;       /* flushed, some copy still being written */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
     uint64_t idle_since_ns;     /* nothing open or in flight since (0: busy); chunk pool trim */
+    uint32_t build_adds;        /* sections added to built segments (seams.fail_build_add) */
 } pipeline_loop;
 
 /* ---- bufpool.c ---- */
@@ -143,6 +153,9 @@ pooled_buf *pool_take(buf_pool *p, size_t len);
 /* A page-aligned buffer of at least len bytes, *cap of them: from the arena, else the pool's
  * mappings (pooled or new); NULL when out of memory. */
 void *pool_get(buf_pool *p, size_t len, size_t *cap);
+/* The buffer at ptr (pool_get's) holds len bytes from now on: an arena buffer gives its
+ * blocks past them back (a mapping keeps its size). */
+void pool_shrink(buf_pool *p, void *ptr, size_t len);
 /* Gives back the buffer whose data starts at ptr (pool_get's): into the arena, or kept in the
  * pool, or unmapped beyond POOL_MAX_BYTES. NULL is fine. */
 void pool_put(buf_pool *p, void *ptr);
@@ -166,7 +179,9 @@ void lease_tick(pipeline_loop *loop, uint64_t now, int closing);
 uint64_t lease_next_deadline(const pipeline_loop *loop);
 
 /* ---- retain.c (s->mu held) ---- */
-/* b is encoded: its ranges' records are in b->out only; their chunks and charge go. */
+/* x is encoded: its range's records are in b's segment only; their chunks and charge go. */
+void batch_release_section(dstl_storage *s, batch *b, pipeline_section *x);
+/* b is encoded: batch_release_section of each section not released yet. */
 void batch_release_records(dstl_storage *s, batch *b);
 /* x failed with b: its range keeps its records (rebuilt from b->out when encoded) charged as
  * retained for the writer's next persist; or is marked lost when they cannot be rebuilt. */
@@ -174,8 +189,20 @@ void batch_retain(dstl_storage *s, batch *b, pipeline_section *x);
 
 /* ---- batch.c ---- */
 /* Encodes the open batch into a segment and starts its copies; or, when its buffer must wait
- * for in-flight room, leaves it open to try again on a later turn. */
+ * for in-flight room, leaves it open to try again on a later turn. A batch encoded as its
+ * sections joined (batch_encode_open) only has its footer written here; every section of it
+ * must be in its segment (batch_encode_open ran since the last joined). */
 void batch_flush(pipeline_loop *loop);
+/* Encodes the open batch's sections that joined since the last call into its segment, once
+ * its records reach BUILD_MIN_BYTES (the buffer taken then), and releases their chunks. A
+ * section that does not fit closes the batch: it is flushed, and the sections from that one
+ * on open the next (loop->open). A section that cannot be encoded fails the batch. */
+void batch_encode_open(pipeline_loop *loop);
+/* The open batch fails unwritten with code and why (its futures' bound passed, or a section
+ * could not be encoded): its ranges keep their records for the next persist. */
+void batch_fail_open(pipeline_loop *loop, int code, const char *why);
+/* When section x's futures' bound comes (monotonic ns), less the loop's margin. */
+uint64_t section_due_ns(const dstl_storage *s, const pipeline_section *x);
 /* Ends a batch (s->mu held): res 0 = its segment is durable; else its ranges fail with detail. */
 void batch_end(dstl_storage *s, batch *b, int res, const char *detail);
 /* Ends the batch once its durability point is reached (takes s->mu). */

@@ -30,22 +30,27 @@
 #include "dstl/pipeline/pipeline_int.h"
 #include "dstl/storage.h"
 
+void batch_release_section(dstl_storage *s, batch *b, pipeline_section *x)
+{
+    range *r = x->r;
+    x->encoded = 1;
+    b->released += r->rec_bytes;
+    s->locked.pipe.in_flight_bytes -= r->rec_bytes;     /* only the encoded copy counts now */
+    r->in_chunks = 0;
+    free(r->retry_buf);
+    r->retry_buf = NULL;
+    free(r->spans);
+    r->spans = NULL;
+    r->nspans = 0;
+    free(r->tally);             /* it counted the chunks' records; a retry decodes its own */
+    r->tally = NULL;
+    writer_release_sent_chunks(x->w);
+}
+
 void batch_release_records(dstl_storage *s, batch *b)
 {
-    b->encoded = 1;
-    s->locked.pipe.in_flight_bytes -= b->bytes;     /* only the encoded copy counts now */
-    for (pipeline_section *x = b->head; x; x = x->next) {
-        range *r = x->r;
-        r->in_chunks = 0;
-        free(r->retry_buf);
-        r->retry_buf = NULL;
-        free(r->spans);
-        r->spans = NULL;
-        r->nspans = 0;
-        free(r->tally);             /* it counted the chunks' records; a retry decodes its own */
-        r->tally = NULL;
-        writer_release_sent_chunks(x->w);
-    }
+    for (pipeline_section *x = b->head; x; x = x->next)
+        if (!x->encoded) batch_release_section(s, b, x);
     pthread_cond_broadcast(&s->room_cv);
 }
 
@@ -102,7 +107,7 @@ static int rebuild(batch *b, const pipeline_section *x, range *r)
 void batch_retain(dstl_storage *s, batch *b, pipeline_section *x)
 {
     range *r = x->r;
-    if (b->encoded) {
+    if (x->encoded) {
         int rc = rebuild(b, x, r);
         if (rc < 0) {
             r->lost = rc;
