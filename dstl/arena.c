@@ -155,14 +155,9 @@ static size_t find_run(const mem_arena *a, size_t n)
     return a->nblocks;
 }
 
-uint8_t *arena_take(mem_arena *a, uint64_t len)
+/* Takes blocks b..b+n-1 (free) as one run. */
+static uint8_t *take_run(mem_arena *a, size_t b, size_t n)
 {
-    if (!a || len == 0 || len > a->reserved) return NULL;
-    size_t n = blocks_of(len), b = find_run(a, n);
-    if (b == a->nblocks) {
-        a->st.misses++;
-        return NULL;
-    }
     mark(a, b, n, 1);
     a->run[b] = (uint32_t)n;
     a->st.resident += (uint64_t)mark_map(a->res, b, n, 1) * ARENA_BLOCK_BYTES;
@@ -181,6 +176,31 @@ uint8_t *arena_take(mem_arena *a, uint64_t len)
     }
     a->st.in_use += (uint64_t)n * ARENA_BLOCK_BYTES;
     return a->base + (uint64_t)b * ARENA_BLOCK_BYTES;
+}
+
+uint8_t *arena_take(mem_arena *a, uint64_t len)
+{
+    if (!a || len == 0 || len > a->reserved) return NULL;
+    size_t n = blocks_of(len), b = find_run(a, n);
+    if (b == a->nblocks) {
+        a->st.misses++;
+        return NULL;
+    }
+    return take_run(a, b, n);
+}
+
+uint8_t *arena_take_upto(mem_arena *a, uint64_t min_len, uint64_t max_len, uint64_t *len)
+{
+    if (!a || min_len == 0 || min_len > a->reserved || max_len < min_len) return NULL;
+    size_t n = blocks_of(min_len), b = find_run(a, n);
+    if (b == a->nblocks) {
+        a->st.misses++;
+        return NULL;
+    }
+    size_t most = blocks_of(max_len < a->reserved ? max_len : a->reserved);
+    while (n < most && b + n < a->nblocks && !taken(a, b + n)) n++;
+    *len = (uint64_t)n * ARENA_BLOCK_BYTES;
+    return take_run(a, b, n);
 }
 
 uint64_t arena_len(const mem_arena *a, const uint8_t *p)

@@ -42,6 +42,11 @@ void arena_free(mem_arena *a);
 /* len bytes (len > 0) at the lowest run of free blocks that holds them, or NULL when no run is
  * long enough (the caller falls back to a mapping of its own). */
 uint8_t *arena_take(mem_arena *a, uint64_t len);
+/* At least min_len bytes (0 < min_len <= max_len) at the lowest run of free blocks that holds
+ * them, and as many more of the free blocks after it as max_len asks for: a buffer that may
+ * grow (the pipeline's segment built as its sections join) takes a hole the others left
+ * rather than new memory above them. *len is what it got (whole blocks). NULL as arena_take. */
+uint8_t *arena_take_upto(mem_arena *a, uint64_t min_len, uint64_t max_len, uint64_t *len);
 /* Whether p came from arena_take of a (an address inside the reservation). */
 int arena_owns(const mem_arena *a, const uint8_t *p);
 /* The bytes of the blocks arena_take gave p (len rounded up to whole blocks). */

@@ -287,6 +287,36 @@ Test(dstl_arena, a_shrunk_run_frees_its_tail_blocks_for_the_next_take)
     arena_free(a);
 }
 
+/* A buffer that may grow takes the lowest hole of at least its least, and the free blocks after
+ * it up to its most: the hole other runs left, not new memory above them. */
+Test(dstl_arena, take_upto_fills_the_lowest_hole_that_holds_the_least_and_grows_into_it)
+{
+    const uint64_t mb = 1u << 20;
+    mem_arena *a = arena_new(32 * mb);
+    cr_assert_not_null(a);
+    uint8_t *x = arena_take(a, 2 * mb), *y = arena_take(a, 1 * mb), *z = arena_take(a, 6 * mb),
+            *w = arena_take(a, 1 * mb);
+    cr_assert(x && y && z && w);
+    arena_give(a, x, 2 * mb);                 /* holes: 2 MiB at x, 6 MiB at z */
+    arena_give(a, z, 6 * mb);
+    uint64_t got = 0;
+    uint8_t *b = arena_take_upto(a, 4 * mb, 15 * mb, &got);
+    cr_assert_eq(b, z, "the 2 MiB hole is too small, the 6 MiB one is the lowest that holds 4 MiB");
+    cr_assert_eq(got, 6 * mb, "grown up to the run after it");
+    cr_assert_eq(arena_len(a, b), 6 * mb);
+    uint8_t *c = arena_take_upto(a, 1 * mb, 1 * mb + 1, &got);
+    cr_assert_eq(c, x);
+    cr_assert_eq(got, 1 * mb + ARENA_BLOCK_BYTES, "no more than its most, in whole blocks");
+    arena_stats st;
+    arena_get_stats(a, &st);
+    cr_assert_eq(st.high_water, 10 * mb, "nothing taken above the runs before");
+    uint8_t *d = arena_take_upto(a, 1 * mb, 64 * mb, &got);
+    cr_assert_eq(d, w + 1 * mb, "above the last run: the rest of the arena");
+    cr_assert_eq(got, 22 * mb);
+    cr_assert_null(arena_take_upto(a, 1 * mb, 2 * mb, &got), "nothing of 1 MiB left");
+    arena_free(a);
+}
+
 Test(dstl_arena, trim_gives_back_whole_free_huge_pages_from_the_top_and_keeps_what_it_is_told)
 {
     const uint64_t mb = 1u << 20, huge = 2u << 20;

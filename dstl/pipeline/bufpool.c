@@ -61,13 +61,29 @@ pooled_buf *pool_take(buf_pool *p, size_t len)
     return b;
 }
 
-void *pool_get(buf_pool *p, size_t len, size_t *cap)
+static mem_arena *pool_arena(buf_pool *p)
 {
     if (!p->arena_tried && p->arena_bytes) {
         p->arena_tried = 1;
         p->arena = arena_new(p->arena_bytes);
     }
-    uint8_t *a = arena_take(p->arena, len);
+    return p->arena;
+}
+
+void *pool_get_upto(buf_pool *p, size_t min, size_t max, size_t *cap)
+{
+    uint64_t got = 0;
+    uint8_t *a = arena_take_upto(pool_arena(p), min, max, &got);
+    if (a) {
+        *cap = (size_t)got;
+        return a;
+    }
+    return pool_get(p, max, cap);
+}
+
+void *pool_get(buf_pool *p, size_t len, size_t *cap)
+{
+    uint8_t *a = arena_take(pool_arena(p), len);
     if (a) {
         *cap = (size_t)arena_len(p->arena, a);
         return a;

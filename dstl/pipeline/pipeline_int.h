@@ -153,6 +153,10 @@ pooled_buf *pool_take(buf_pool *p, size_t len);
 /* A page-aligned buffer of at least len bytes, *cap of them: from the arena, else the pool's
  * mappings (pooled or new); NULL when out of memory. */
 void *pool_get(buf_pool *p, size_t len, size_t *cap);
+/* A page-aligned buffer of at least min bytes and up to max (min <= max), *cap of them: the
+ * lowest arena run that holds min, grown through the free blocks after it (a hole other
+ * segments left, not new memory above them); else a mapping of max. NULL when out of memory. */
+void *pool_get_upto(buf_pool *p, size_t min, size_t max, size_t *cap);
 /* The buffer at ptr (pool_get's) holds len bytes from now on: an arena buffer gives its
  * blocks past them back (a mapping keeps its size). */
 void pool_shrink(buf_pool *p, void *ptr, size_t len);
