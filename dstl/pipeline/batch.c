@@ -474,8 +474,12 @@ static int builder_begin(pipeline_loop *loop, batch *b, wire_err *e)
 
 /* Sections [from, to) of b went into its segment: their encoding reserves become the bytes
  * the segment holds so far (its bound: the footer sized), and their records' chunks go.
- * Takes s->mu. The charge can pass the reserves only by a footer entry larger than
- * SECTION_RESERVE_BYTES; a built segment never waits for room (its records counted more).
+ * Takes s->mu. Records, reserve and the new bytes change in one step, so the count falls:
+ * a section's encoded bytes are at most its records' (re-framed smaller), and its footer
+ * entry passes SECTION_RESERVE_BYTES only with more than ~150 key-group runs, which hold at
+ * least as many records' headers; so a built segment never waits for room. Only records of
+ * a few bytes each, every one in a key group of its own, could make the footer outweigh
+ * them and their reserve.
  * A built segment counts its bytes, not the pages or arena blocks they round up to: its
  * charge never rises after its sections are in, so dstl.upload.max-in-flight stays a hard
  * bound (a flush cannot wait for room it was already given). */
