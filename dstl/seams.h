@@ -27,6 +27,9 @@ typedef struct {
     uint64_t build_cap_bytes;
     /* Nonzero n: the n-th section added to such a segment fails as out of memory would. */
     uint32_t fail_build_add;
+    /* Nonzero: the MD5 ETag such a segment hashes for its upload (s3_upload_opts) is spoilt,
+     * so a test can see that the upload's check used it. */
+    int spoil_build_md5;
 } storage_seams;
 
 /* dstl_storage_open with seams (NULL: none, which is dstl_storage_open). */

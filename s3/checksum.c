@@ -57,6 +57,43 @@ void s3_md5_etag(const void *buf, size_t len, char out[72])
     etag_from_md5(md, "", out);
 }
 
+struct s3_md5 {
+    EVP_MD_CTX *ctx;
+};
+
+s3_md5 *s3_md5_new(void)
+{
+    s3_md5 *m = calloc(1, sizeof *m);
+    if (m && (!(m->ctx = EVP_MD_CTX_new()) || EVP_DigestInit_ex(m->ctx, EVP_md5(), NULL) != 1)) {
+        EVP_MD_CTX_free(m->ctx);
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+void s3_md5_add(s3_md5 *m, const void *p, size_t n)
+{
+    if (m && n) EVP_DigestUpdate(m->ctx, p, n);
+}
+
+void s3_md5_free(s3_md5 *m)
+{
+    if (!m) return;
+    EVP_MD_CTX_free(m->ctx);
+    free(m);
+}
+
+void s3_md5_end(s3_md5 *m, char out[72])
+{
+    out[0] = '\0';
+    if (!m) return;
+    uint8_t md[16];
+    unsigned int n = 16;
+    if (EVP_DigestFinal_ex(m->ctx, md, &n) == 1 && n == 16) etag_from_md5(md, "", out);
+    s3_md5_free(m);
+}
+
 int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72])
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

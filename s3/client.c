@@ -225,6 +225,8 @@ size_t s3_client_pending(const s3_client *c)
     return n;
 }
 
+bool s3_client_md5_checks(const s3_client *c) { return c && c->md5_checks; }
+
 size_t s3_client_cleanups(const s3_client *c)
 {
     size_t n = 0;

@@ -84,6 +84,7 @@ struct s3_client {
     s3_attempt *fake_ready;           /* test-transport attempts with an answer */
     uint64_t rng;
     bool in_run;
+    bool md5_checks;                  /* the last checked write was checked by its MD5 ETag */
     s3_stats stats;
 };
 

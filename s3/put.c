@@ -132,7 +132,8 @@ static int put_start_request(put_op *p)
     s3_kv h[] = {{"if-none-match", "*"}};
     s3_req_spec spec = {.method = "PUT", .bucket = p->bucket, .key = p->key, .headers = h,
                         .n_headers = p->inm ? 1 : 0, .body = p->body, .body_len = p->len,
-                        .max_attempts = left, .verify_write = true, .end_on_corrupt = true};
+                        .max_attempts = left, .verify_write = true, .end_on_corrupt = true,
+                        .body_md5_etag = p->md5[0] ? p->md5 : NULL};
     p->phase = P_PUT;
     return s3_req_start(p->op.c, &spec, put_done, p, &p->req);
 }
@@ -324,6 +325,12 @@ static void put_cancel(s3_op *op)
 int s3_put_object(s3_client *c, const char *bucket, const char *key, const void *body,
                   size_t len, bool if_none_match, s3_op **op_out, s3_done_fn cb, void *ctx)
 {
+    return s3_put_object_md5(c, bucket, key, body, len, if_none_match, NULL, op_out, cb, ctx);
+}
+
+int s3_put_object_md5(s3_client *c, const char *bucket, const char *key, const void *body, size_t len,
+                      bool if_none_match, const char *body_md5_etag, s3_op **op_out, s3_done_fn cb, void *ctx)
+{
     if (!c || !bucket || !*bucket || !key || !*key || strlen(key) > 1024 || (len && !body) || !cb)
         return -EINVAL;
     put_op *p = (put_op *)s3_op_new(c, sizeof *p, cb, ctx);
@@ -335,6 +342,7 @@ int s3_put_object(s3_client *c, const char *bucket, const char *key, const void 
     p->body = body;
     p->len = len;
     p->inm = if_none_match;
+    if (body_md5_etag) snprintf(p->md5, sizeof p->md5, "%s", body_md5_etag);
     int rc = p->bucket && p->key ? put_start_request(p) : -ENOMEM;
     if (rc) {
         s3_op_discard(&p->op);

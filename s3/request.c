@@ -375,6 +375,7 @@ int s3_req_start(s3_client *c, const s3_req_spec *spec, s3_req_done_fn cb, void 
     r->progress = spec->progress;
     r->progress_ctx = spec->progress_ctx;
     r->verify = spec->verify_write;
+    if (spec->body_md5_etag) snprintf(r->md5_etag, sizeof r->md5_etag, "%s", spec->body_md5_etag);
     r->end_on_corrupt = spec->end_on_corrupt;
     r->method = strdup(spec->method);
     r->bucket = strdup(spec->bucket);

@@ -142,6 +142,7 @@ static int verify_write(s3_attempt *a, s3_reply *rep, char *why, size_t cap)
 {
     s3_req *r = a->req;
     if (a->checksum[0]) {
+        r->c->md5_checks = false;       /* the server echoes checksums: no MD5 needed */
         const char *mine = r->crc_b64[0] ? r->crc_b64 : r->crc_check;
         if (!mine[0]) {
             s3_crc32c_b64(r->c->o.crc32c(0, r->body, r->body_len), r->crc_check);
@@ -164,6 +165,7 @@ static int verify_write(s3_attempt *a, s3_reply *rep, char *why, size_t cap)
         return 0;
     }
     if (!r->md5_etag[0]) s3_md5_etag(r->body, r->body_len, r->md5_etag);
+    r->c->md5_checks = true;            /* an unsigned write the ETag had to check */
     if (s3_etag_eq(a->etag, r->md5_etag)) {
         rep->write_check = S3_CHECK_MD5;
         return 0;

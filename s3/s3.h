@@ -254,6 +254,22 @@ size_t s3_client_pending(const s3_client *c);
 /* Detached cleanups still running (each ends by its deadline at the latest). */
 size_t s3_client_cleanups(const s3_client *c);
 
+/* Whether a write of this client was last shown stored equal by its body's MD5 ETag (the
+ * server echoed no checksum: RGW 16 with unsigned payloads, s3_write_check): a caller that
+ * builds a body piece by piece may then hash it as it goes (s3_md5) and hand the ETag to
+ * s3_upload (s3_upload_opts.body_md5_etag), instead of the client hashing it when the answer
+ * comes, on the way to the acknowledgement. The client's thread. */
+bool s3_client_md5_checks(const s3_client *c);
+
+/* The MD5 ETag of a body fed in order, piece by piece ("\"hex\"", as a single PUT's ETag).
+ * s3_md5_new: NULL when out of memory. s3_md5_end writes the ETag and frees; s3_md5_free
+ * frees without one. NULL is fine for add, end ("" then) and free. */
+typedef struct s3_md5 s3_md5;
+s3_md5 *s3_md5_new(void);
+void s3_md5_add(s3_md5 *m, const void *p, size_t n);
+void s3_md5_end(s3_md5 *m, char out[72]);
+void s3_md5_free(s3_md5 *m);
+
 /* Counters since the client was made (for stats and cost accounting). */
 typedef struct s3_stats {
     uint64_t requests;  /* HTTP attempts started */
@@ -385,6 +401,10 @@ typedef struct s3_upload_opts {
     size_t part_size;           /* 0: 8 MiB; S3 needs >= 5 MiB for every part but the last */
     size_t multipart_threshold; /* 0: 16 MiB */
     bool if_none_match;         /* never overwrite an existing object (412 -> -EEXIST) */
+    /* Optional: the MD5 ETag of exactly buf[0, len) (s3_md5's form), when the caller hashed
+     * it already: a single PUT checks an MD5 ETag against it instead of hashing the body when
+     * the answer comes. A wrong one can only fail the write (-EBADMSG), never pass it. */
+    const char *body_md5_etag;
 } s3_upload_opts;
 int s3_upload(s3_client *c, const char *bucket, const char *key, const void *buf, size_t len,
               const s3_upload_opts *opts, s3_op **op_out, s3_done_fn cb, void *ctx);

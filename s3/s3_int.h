@@ -141,6 +141,11 @@ int s3_multipart_etag(const s3_part_info *parts, size_t n, char out[72]);
 /* "\"hex(md5(buf))\"" — the ETag of a single PUT of buf. */
 void s3_md5_etag(const void *buf, size_t len, char out[72]);
 
+/* s3_put_object with the body's MD5 ETag known (NULL: as s3_put_object): s3_upload's single
+ * PUT with s3_upload_opts.body_md5_etag. */
+int s3_put_object_md5(s3_client *c, const char *bucket, const char *key, const void *body, size_t len,
+                      bool if_none_match, const char *body_md5_etag, s3_op **op_out, s3_done_fn cb, void *ctx);
+
 /* ETags equal, ignoring surrounding quotes (servers differ) and hex case; "" equals nothing. */
 bool s3_etag_eq(const char *a, const char *b);
 
@@ -261,6 +266,8 @@ typedef struct s3_req_spec {
                              * s3_write_check); a differing copy fails the attempt, -EBADMSG */
     bool end_on_corrupt;    /* with verify_write: a differing copy ends the request at once
                              * (its op must remove it before a retry: If-None-Match) */
+    const char *body_md5_etag; /* with verify_write: the body's MD5 ETag, when known (NULL:
+                             * hashed if the answer needs it) */
     /* Checks a 2xx reply before it wins: 0 accepts; -EPROTO (malformed: transient, retried);
      * 1 when the body is an error document (rep->s3_code/message filled by the hook:
      * classified like an HTTP error). May keep what it parsed in ctx. */

@@ -366,8 +366,8 @@ int s3_upload(s3_client *c, const char *bucket, const char *key, const void *buf
     int rc = u->bucket && u->key ? 0 : -ENOMEM;
     if (!rc && !multipart) {
         u->phase = U_SINGLE;
-        S3_CHILD(s3_put_object(c, bucket, key, buf, len, o.if_none_match, &u->single,
-                               up_single_done, u), u->single);
+        S3_CHILD(s3_put_object_md5(c, bucket, key, buf, len, o.if_none_match, o.body_md5_etag, &u->single,
+                                   up_single_done, u), u->single);
     } else if (!rc) {
         u->n_parts = s3_part_count(len, o.part_size);
         u->parts = calloc(u->n_parts, sizeof *u->parts);

@@ -438,3 +438,62 @@ Test(remote_faults, stalled_answers_keep_the_future_bound_multipart, .timeout = 
 {
     stalled_answers_keep_the_bound("100000", 140);     /* ~7 MiB: two 5 MiB parts */
 }
+
+/* ---- a built segment's MD5 ETag, hashed as it is built (pipeline/batch.c, md5_feed) ---- */
+
+/* Against a server that checks unsigned writes by their MD5 ETag (RGW 16 echoes no checksum),
+ * a segment encoded as its sections join hashes its body as they go in, and its upload checks
+ * the server's ETag against that hash instead of hashing the body when the answer comes.
+ * With the hash spoilt (seam) the upload must fail as a differing copy: that is what shows the
+ * check used it. Whole, the persist succeeds and reads back from the object store. */
+static void built_md5(int spoil)
+{
+    /* the precondition: this server checks such writes by MD5 (a 1.5 MB unsigned PUT) */
+    size_t big = 1536u << 10;
+    uint8_t *body = malloc(big);
+    memset(body, 0x5a, big);
+    s3_result r;
+    char key[200];
+    snprintf(key, sizeof key, "%s/md5-probe", fx.prefix);
+    cr_assert_eq(s3_upload_sync(fx.s3, fx.bucket, key, body, big, NULL, &r), 0, "%s", r.error);
+    cr_assert_eq(r.write_check, S3_CHECK_MD5, "this server's writes are checked by %d, not their MD5 ETag: "
+                 "the test needs one that echoes no checksum (Ceph RGW 16)", (int)r.write_check);
+    cr_assert(s3_client_md5_checks(fx.s3));
+    free(body);
+
+    char ldir[4200];
+    snprintf(ldir, sizeof ldir, "%s/data", fx.dir);
+    dstl_config *c = t_remote_config(&fx, ldir, "dstl.batch.persist-delay", "100ms", "dstl.upload.max-attempts", "2",
+                                     NULL);
+    storage_seams seams = {.spoil_build_md5 = spoil};
+    dstl_storage *s = NULL;
+    cr_assert_eq(storage_open_with_seams(c, &seams, &s), 0, "%s", dstl_last_error());
+    dstl_config_free(c);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "w0", 0, NKG - 1, &w), 0);
+    /* the first segment teaches the storage's client how the server checks writes */
+    uint64_t end1 = t_append_n(w, 1, 4000, 0, NKG, 700);
+    dstl_handle *h = t_persist(w, 0, 1);
+    dstl_handle_free(h);
+    uint64_t end2 = t_append_n(w, 1, 4000, 0, NKG, 700);
+    int rc = t_persist_result(w, 0, 2, &h);
+    if (spoil) {
+        cr_assert_eq(rc, DSTL_EREMOTE, "a spoilt MD5 passed the upload's check: %s", dstl_last_error());
+        cr_assert(strstr(dstl_last_error(), "differs"), "%s", dstl_last_error());
+    } else {
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        cr_assert_eq(dstl_handle_to_seq(h), end2);
+        char rdir[4300];
+        snprintf(rdir, sizeof rdir, "%s/other", fx.dir);
+        dstl_storage *o = t_remote_open(&fx, rdir, NULL);
+        cr_assert_eq(t_verify(o, h, 1, 0, NKG, 0, NKG - 1, 700), (long)end2);
+        cr_assert_eq(dstl_storage_close(o), 0);
+        dstl_handle_free(h);
+    }
+    (void)end1;
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
+
+Test(remote_faults, a_built_segments_md5_is_hashed_as_it_is_built_and_checks_its_upload) { built_md5(0); }
+Test(remote_faults, a_built_segment_with_a_spoilt_md5_fails_its_upload) { built_md5(1); }

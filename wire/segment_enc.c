@@ -622,6 +622,8 @@ int wire_seg_add(wire_seg_builder *b, const wire_section_in *s, wire_err *err)
 
 size_t wire_seg_sections(const wire_seg_builder *b) { return b ? b->t.nplans : 0; }
 
+uint64_t wire_seg_written(const wire_seg_builder *b) { return b ? b->pos : 0; }
+
 uint64_t wire_seg_bound(const wire_seg_builder *b)
 {
     return b ? b->pos + b->blen + b->fsize + WIRE_SEG_TRAILER_LEN : 0;

@@ -210,6 +210,9 @@ typedef struct wire_seg_builder wire_seg_builder;
 int wire_seg_begin(const wire_seg_opts *o, uint8_t *buf, size_t cap, wire_seg_builder **out, wire_err *err);
 int wire_seg_add(wire_seg_builder *b, const wire_section_in *s, wire_err *err);
 size_t wire_seg_sections(const wire_seg_builder *b);
+/* The segment's first bytes that are final already (the header and the sections so far):
+ * what a digest of the segment may take in now. */
+uint64_t wire_seg_written(const wire_seg_builder *b);
 uint64_t wire_seg_bound(const wire_seg_builder *b);
 int wire_seg_finish(wire_seg_builder *b, wire_segment_out *out, wire_err *err);
 void wire_seg_abort(wire_seg_builder *b);

@@ -69,6 +69,11 @@ typedef struct batch {
     wire_seg_builder *bld;
     pipeline_section **enc_link;
     uint8_t *bld_buf;
+    /* Its body's MD5 ETag, hashed as the sections go in, when the server checks writes by it
+     * (s3_client_md5_checks): md5_at bytes of bld_buf taken; md5_etag once finished. */
+    struct s3_md5 *md5;
+    uint64_t md5_at;
+    char md5_etag[72];
     int no_bld;                 /* not built (no builder could start, or its first section did
                                  * not fit one): encoded in one pass at the flush */
     keyring *keys;              /* the key ring it was sealed under (NULL: plain) */
