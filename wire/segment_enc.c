@@ -432,13 +432,27 @@ static int ensure_secs(wire_seg_builder *b, size_t n)
     return 0;
 }
 
-/* Room for a section of nruns runs, and its writer id. */
-static int ensure_runs(wire_seg_builder *b, size_t nruns, size_t id_len)
+/* Room for a section of nruns runs after run0 runs, and its writer id. */
+static int ensure_runs(wire_seg_builder *b, size_t run0, size_t nruns, size_t id_len)
 {
     if (grow((void **)&b->t.fruns, &b->cap_fruns, nruns ? nruns : 1, sizeof *b->t.fruns) < 0) return -ENOMEM;
-    if (b->t.sealed && grow((void **)&b->t.kruns, &b->cap_kruns, b->nruns + nruns + 1, sizeof *b->t.kruns) < 0)
+    if (b->t.sealed && grow((void **)&b->t.kruns, &b->cap_kruns, run0 + nruns + 1, sizeof *b->t.kruns) < 0)
         return -ENOMEM;
     return grow((void **)&b->ids, &b->ids_cap, b->ids_len + id_len + 1, 1);
+}
+
+/* What a section must meet before it is sized or added (section i, planned as pl): a writer id
+ * the seal can bind, a body the codec can bound. 0 or -EINVAL naming it. */
+static int check_section(const wire_seg_builder *b, const wire_section_in *s, const sec_plan *pl, size_t i,
+                         wire_err *err)
+{
+    size_t idl = s->writer_id ? strlen(s->writer_id) : 0;
+    if (b->t.sealed && idl > SEAL_WRITER_ID_MAX)
+        return wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
+    if (b->o.compression != WIRE_COMP_NONE && wire_codec_bound(b->o.compression, pl->raw_len) == 0)
+        return wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
+                         (unsigned long long)pl->raw_len);
+    return 0;
 }
 
 /* Section i's footer entry sized at offset with its stored length at its cap (the most its
@@ -500,15 +514,10 @@ static int add_planned(wire_seg_builder *b, const wire_section_in *s, sec_plan *
 {
     const wire_seg_opts *o = &b->o;
     size_t i = b->t.nplans, idl = s->writer_id ? strlen(s->writer_id) : 0;
-    int rc = 0;
-    if (b->t.sealed && idl > SEAL_WRITER_ID_MAX)
-        rc = wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
-    else if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, pl->raw_len) == 0)
-        rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
-                       (unsigned long long)pl->raw_len);
-    else if (ensure_secs(b, i + 1) < 0 || ensure_runs(b, pl->nruns, idl) < 0 ||
+    int rc = check_section(b, s, pl, i, err);
+    if (rc == 0 && (ensure_secs(b, i + 1) < 0 || ensure_runs(b, b->nruns, pl->nruns, idl) < 0 ||
              (o->compression != WIRE_COMP_NONE &&
-              grow((void **)&b->scratch, &b->scratch_cap, pl->raw_len ? pl->raw_len : 1, 1) < 0))
+              grow((void **)&b->scratch, &b->scratch_cap, pl->raw_len ? pl->raw_len : 1, 1) < 0)))
         rc = wire_fail(err, -ENOMEM, "segment encode: out of memory");
     if (rc < 0) {
         plan_free(pl);
@@ -657,18 +666,13 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     rc = b ? 0 : wire_fail(err, -ENOMEM, "segment encode: out of memory");
     uint64_t pos = WIRE_SEG_HEADER_LEN, runs = 0;
     for (size_t i = 0; rc == 0 && i < nsecs; i++) {
-        if ((rc = plan_section(&secs[i], i, &plans[i], err)) < 0) break;
-        size_t idl = secs[i].writer_id ? strlen(secs[i].writer_id) : 0;
-        if (b->t.sealed && idl > SEAL_WRITER_ID_MAX)
-            rc = wire_fail(err, -EINVAL, "section %zu: writer id longer than %u bytes", i, SEAL_WRITER_ID_MAX);
-        else if (o->compression != WIRE_COMP_NONE && wire_codec_bound(o->compression, plans[i].raw_len) == 0)
-            rc = wire_fail(err, -EINVAL, "section %zu: %llu bytes too large for the codec", i,
-                           (unsigned long long)plans[i].raw_len);
-        else if (grow((void **)&b->t.fruns, &b->cap_fruns, plans[i].nruns ? plans[i].nruns : 1, sizeof *b->t.fruns) < 0 ||
-                 (b->t.sealed && grow((void **)&b->t.kruns, &b->cap_kruns, runs + plans[i].nruns + 1,
-                                      sizeof *b->t.kruns) < 0))
+        if ((rc = plan_section(&secs[i], i, &plans[i], err)) < 0 ||
+            (rc = check_section(b, &secs[i], &plans[i], i, err)) < 0)
+            break;
+        if (ensure_runs(b, runs, plans[i].nruns, 0) < 0) {
             rc = wire_fail(err, -ENOMEM, "segment encode: out of memory");
-        if (rc < 0) break;
+            break;
+        }
         fs[i] = size_section(b, i, &secs[i], &plans[i], pos, runs);
         pos += section_cap(o, &plans[i]);
         b->fsize += fs[i];
