@@ -375,6 +375,16 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
  * s3://bucket/key and the server's answer), DSTL_ECRYPTO (encrypted segments: a key or tag
  * problem), -EIO, -ENOMEM. Errors are sticky. */
 int dstl_reader_next(dstl_reader *r, dstl_record *rec);
+/* As dstl_reader_next, but never waits for bytes still on their way: -EAGAIN (no error,
+ * nothing consumed, the record before stays valid) when the next record needs bytes not yet
+ * in — a restore plan's still queued or streaming, or the reader's own GET (which it drives
+ * without waiting). For a thread that restores many tasks: it takes turns on the readers with
+ * records at hand and sleeps in dstl_restore_wait when none has. A reader blocked in
+ * dstl_reader_next makes its plan fetch what it waits for ahead of the plan's order (it is
+ * idle until then); a reader that only tries leaves the order alone, so a thread's reader of
+ * a late object does not pull that object in early, to be held until the plan's slowest
+ * reader gets there. Returns as dstl_reader_next otherwise. */
+int dstl_reader_try_next(dstl_reader *r, dstl_record *rec);
 void dstl_reader_close(dstl_reader *r);
 
 /* ---- restoring a whole job at once: restore plans; thread-safe -----------------------------
@@ -439,6 +449,16 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
  * (entry, handle) may be opened once. -EINVAL for indices out of range, -EBUSY when already
  * opened. */
 int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out);
+
+/* Waits until the plan has news for the calling thread since *seen — bytes one of its
+ * dstl_reader_try_next calls found missing arrived, or their fetch completed, failed or was
+ * left to the reader — or timeout_ms passes (< 0: no limit, 0: no wait). *seen: 0 before the
+ * thread's first call (which returns at once), updated by each. Returns 1 (news: try the
+ * readers again), 0 (the timeout), or -EINVAL. News that comes before the call is counted,
+ * never lost; threads are woken only for bytes they tried for. A plan stuck with its bound
+ * full and nothing in flight leaves the bytes readers tried for to those readers (they fetch
+ * them themselves) after about 50 ms, which wakes their threads. */
+int dstl_restore_wait(dstl_restore *p, uint64_t *seen, int timeout_ms);
 
 /* The plan's counters now. */
 int dstl_restore_get_stats(dstl_restore *p, dstl_restore_stats *out);

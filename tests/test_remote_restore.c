@@ -151,39 +151,59 @@ static size_t needed_objects(const job *jb, uint64_t *bytes)
 
 /* ---- reading ---- */
 
-/* Reads r to its end and checks every record of writer wid's handle h over [kgf, kgl]: exactly
- * the meta records and the data records of those key groups, in seq order, with their
- * payloads. Returns the records read, the reader's error, or -1 with why[] saying what differs. */
+/* What a reader of writer wid's handle over [kgf, kgl] must yield from seq on: exactly the
+ * meta records and the data records of those key groups, in seq order, with their payloads. */
+typedef struct {
+    uint32_t wid, kgf, kgl;
+    size_t max_len;
+    uint64_t seq, to;
+    long n;
+} rec_check;
+
+static rec_check check_start(const dstl_handle *h, uint32_t wid, uint32_t kgf, uint32_t kgl, size_t max_len)
+{
+    return (rec_check){wid, kgf, kgl, max_len, dstl_handle_from_seq(h), dstl_handle_to_seq(h), 0};
+}
+
+/* Checks rec, the reader's next record (rc 1), or its end (rc 0): 0, or -1 with why[] saying
+ * what differs. */
+static int check_next(rec_check *c, int rc, const dstl_record *rec, char *why, size_t cap)
+{
+    while (c->seq < c->to && !wanted(c->seq, c->kgf, c->kgl)) c->seq++;
+    if (rc == 0) {
+        if (c->seq == c->to) return 0;
+        snprintf(why, cap, "writer %u: records from seq %lu on are missing", c->wid, (unsigned long)c->seq);
+        return -1;
+    }
+    size_t len = payload_len(c->wid, c->seq, c->max_len);
+    if (rec->seq != c->seq || rec->is_meta != is_meta(c->seq) || (!rec->is_meta && rec->key_group != c->seq % NKG) ||
+        rec->len != len || payload_check(PAYLOAD_RANDOM, c->wid, c->seq, rec->data, len) != len) {
+        snprintf(why, cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu", c->wid,
+                 (unsigned long)rec->seq, rec->is_meta, rec->key_group, rec->len, (unsigned long)c->seq);
+        return -1;
+    }
+    c->seq++;
+    c->n++;
+    return 0;
+}
+
+/* Reads r to its end and checks every record of writer wid's handle h over [kgf, kgl]
+ * (check_next). Returns the records read, the reader's error, or -1 with why[] saying what
+ * differs. */
 static long check_reader(dstl_reader *r, const dstl_handle *h, uint32_t wid, uint32_t kgf, uint32_t kgl,
                          size_t max_len, char *why, size_t cap)
 {
-    uint64_t seq = dstl_handle_from_seq(h), to = dstl_handle_to_seq(h);
-    long n = 0;
+    rec_check c = check_start(h, wid, kgf, kgl, max_len);
     int rc;
     dstl_record rec;
-    for (;;) {
-        while (seq < to && !wanted(seq, kgf, kgl)) seq++;
-        if ((rc = dstl_reader_next(r, &rec)) <= 0) break;
-        size_t len = payload_len(wid, seq, max_len);
-        if (rec.seq != seq || rec.is_meta != is_meta(seq) || (!rec.is_meta && rec.key_group != seq % NKG) ||
-            rec.len != len || payload_check(PAYLOAD_RANDOM, wid, seq, rec.data, len) != len) {
-            snprintf(why, cap, "writer %u: record seq %lu (meta %d, kg %u, %zu bytes) is not the expected seq %lu", wid,
-                     (unsigned long)rec.seq, rec.is_meta, rec.key_group, rec.len, (unsigned long)seq);
-            return -1;
+    do {
+        if ((rc = dstl_reader_next(r, &rec)) < 0) {
+            snprintf(why, cap, "writer %u: %s", wid, dstl_last_error());
+            return rc;
         }
-        seq++;
-        n++;
-    }
-    if (rc < 0) {
-        snprintf(why, cap, "writer %u: %s", wid, dstl_last_error());
-        return rc;
-    }
-    while (seq < to && !wanted(seq, kgf, kgl)) seq++;
-    if (seq != to) {
-        snprintf(why, cap, "writer %u: records from seq %lu on are missing", wid, (unsigned long)seq);
-        return -1;
-    }
-    return n;
+        if (check_next(&c, rc, &rec, why, cap) < 0) return -1;
+    } while (rc == 1);
+    return c.n;
 }
 
 static long expected(const dstl_handle *h, uint32_t kgf, uint32_t kgl)
@@ -441,19 +461,28 @@ static void *monitor_thread(void *arg)
     return NULL;
 }
 
+/* Writes jb (~3 MB in segments of ~300 KB with the job of the two tests below) and opens a
+ * storage to restore it with a bound of `bound` bytes (1 MiB), over half the restore;
+ * *need_bytes: the bytes of the objects the handles name. */
+static dstl_storage *job_over_bound(job *jb, uint64_t bound, uint64_t *need_bytes)
+{
+    write_job(jb, wdir);
+    t_rm_rf(wdir);
+    size_t need = needed_objects(jb, need_bytes);
+    cr_assert_gt(*need_bytes, 2 * bound, "the restore (%lu bytes in %zu objects) is not larger than the bound",
+                 (unsigned long)*need_bytes, need);
+    cr_assert_eq(bound, 1u << 20);
+    return open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", NULL);
+}
+
 Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
 {
     /* ~3 MB in segments of ~300 KB (a 256 KiB batch threshold), restored through a 1 MiB bound */
     job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
               .batch_bytes = "256kb"};
-    write_job(&jb, wdir);
-    t_rm_rf(wdir);
     uint64_t need_bytes;
-    size_t need = needed_objects(&jb, &need_bytes);
     const uint64_t bound = 1u << 20;
-    cr_assert_gt(need_bytes, 2 * bound, "the restore (%lu bytes in %zu objects) is not larger than the bound",
-                 (unsigned long)need_bytes, need);
-    dstl_storage *s = open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", NULL);
+    dstl_storage *s = job_over_bound(&jb, bound, &need_bytes);
     uint64_t fds0 = open_fds();
     dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
     monitor_arg m = {.p = p, .cache_dir = cdir};
@@ -479,6 +508,73 @@ Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
     cr_expect_leq(m.fds_max, fds0 + 8 + 8 * (uint64_t)jb.nwriters, "%lu fds open at most, %lu before",
                   (unsigned long)m.fds_max, (unsigned long)fds0);
     cr_expect_gt(st.bytes_fetched, need_bytes - need_bytes / 10);
+    cr_assert_eq(dstl_restore_close(p), 0);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+Test(remote_restore, one_thread_trying_every_reader_in_turn_restores_them_all_within_the_bound)
+{
+    /* A thread that restores many tasks takes turns on their readers with dstl_reader_try_next
+     * and sleeps in dstl_restore_wait when none has a record at hand: every reader's records
+     * come exact, and the plan keeps its bound — with the bound full of bytes whose readers
+     * try for others that do not fit, the plan leaves those to the readers (as it does for
+     * readers that wait) rather than stall the thread. A plain reader tried in the same loop
+     * drives its own GETs. */
+    job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
+              .batch_bytes = "256kb"};
+    uint64_t need_bytes;
+    const uint64_t bound = 1u << 20;
+    dstl_storage *s = job_over_bound(&jb, bound, &need_bytes);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    enum { NR = 8 + 1 };                    /* the plan's readers, and a plain one of writer 0 */
+    dstl_reader *r[NR];
+    rec_check c[NR];
+    int live[NR], rc = 0;
+    for (uint32_t i = 0; i < NR; i++) {
+        uint32_t wid = i < jb.nwriters ? i : 0;
+        rc = i < jb.nwriters ? dstl_restore_reader_open(p, i, 0, &r[i]) : dstl_reader_open(s, jb.last[0], 0, NKG - 1, &r[i]);
+        cr_assert_eq(rc, 0, "%s", dstl_last_error());
+        c[i] = check_start(jb.last[wid], wid, 0, NKG - 1, jb.max_len);
+        live[i] = 1;
+    }
+    char why[600];
+    uint64_t seen = 0, tries = 0, misses = 0, idle = 0;
+    for (int left = NR; left > 0;) {
+        int took = 0;
+        for (uint32_t i = 0; i < NR; i++) {
+            dstl_record rec;
+            for (int t = 0; live[i] && t < 32; t++) {
+                tries++;
+                if ((rc = dstl_reader_try_next(r[i], &rec)) == -EAGAIN) {
+                    misses++;
+                    break;
+                }
+                cr_assert_geq(rc, 0, "reader %u: %s", i, dstl_last_error());
+                cr_assert_eq(check_next(&c[i], rc, &rec, why, sizeof why), 0, "reader %u: %s", i, why);
+                took++;
+                if (rc == 0) {
+                    live[i] = 0;
+                    left--;
+                }
+            }
+        }
+        if (took) continue;
+        cr_assert_lt(++idle, 100000, "no reader had a record in %lu turns", (unsigned long)idle);
+        cr_assert_geq(dstl_restore_wait(p, &seen, 1000), 0, "%s", dstl_last_error());
+    }
+    for (uint32_t i = 0; i < NR; i++) {
+        cr_expect_eq(c[i].n, expected(jb.last[i < jb.nwriters ? i : 0], 0, NKG - 1), "reader %u", i);
+        dstl_reader_close(r[i]);
+    }
+    dstl_restore_stats st = rstats(p);
+    show("one thread trying", &st);
+    fprintf(stderr, "one thread trying: %lu tries, %lu found their bytes missing, %lu waits\n", (unsigned long)tries,
+            (unsigned long)misses, (unsigned long)idle);
+    cr_expect_leq(st.held_peak_bytes, bound, "the plan held %lu bytes at most", (unsigned long)st.held_peak_bytes);
+    cr_expect_gt(st.held_peak_bytes, 0, "the plan fetched nothing ahead");
+    cr_expect_gt(misses, 0, "no try found its bytes missing: the loop never took the path it is for");
+    cr_expect_eq(st.held_bytes, 0, "%lu bytes still held after every reader closed", (unsigned long)st.held_bytes);
     cr_assert_eq(dstl_restore_close(p), 0);
     cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);

@@ -537,6 +537,24 @@ Test(remote_restore_gate, objects_are_fetched_in_the_order_of_the_entries_that_n
     for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
 }
 
+/* A plan of n entries, entry i restoring h[i], one GET at a time (s), with every answer held
+ * at the gate: returns once the first GET is held. */
+static dstl_restore *plan_first_get_held(dstl_storage *s, dstl_handle **h, uint32_t n)
+{
+    pthread_mutex_lock(&G.mu);
+    G.limit = 0;
+    pthread_mutex_unlock(&G.mu);
+    gate_set(&G, 1);                                        /* every answer held from here */
+    dstl_restore_entry e[16];
+    cr_assert_leq(n, 16);
+    for (uint32_t i = 0; i < n; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[i], 1, 0, 15};
+    dstl_restore *p = NULL;
+    cr_assert_eq(dstl_restore_plan(s, e, n, &p), 0, "%s", dstl_last_error());
+    for (int i = 0; i < 10000 && atomic_load(&G.held) == 0; i++) usleep(1000);
+    cr_assert_eq(atomic_load(&G.held), 1, "the first GET is held at the gate");
+    return p;
+}
+
 Test(remote_restore_gate, an_object_a_reader_already_waits_for_is_fetched_before_those_queued_ahead_of_it)
 {
     /* Entries in write order, one object each, one GET at a time: the plan queues the objects
@@ -547,16 +565,7 @@ Test(remote_restore_gate, an_object_a_reader_already_waits_for_is_fetched_before
     dstl_handle *h[NO];
     write_snaps(h, NO);
     dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
-    pthread_mutex_lock(&G.mu);
-    G.limit = 0;
-    pthread_mutex_unlock(&G.mu);
-    gate_set(&G, 1);                                        /* every answer held from here */
-    dstl_restore_entry e[NO];
-    for (uint32_t i = 0; i < NO; i++) e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[i], 1, 0, 15};
-    dstl_restore *p = NULL;
-    cr_assert_eq(dstl_restore_plan(s, e, NO, &p), 0, "%s", dstl_last_error());
-    for (int i = 0; i < 10000 && atomic_load(&G.held) == 0; i++) usleep(1000);
-    cr_assert_eq(atomic_load(&G.held), 1, "the first GET is held at the gate");
+    dstl_restore *p = plan_first_get_held(s, h, NO);
     first_read fr = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
     cr_assert_eq(dstl_restore_reader_open(p, NO - 1, 0, &fr.r), 0, "%s", dstl_last_error());
     pthread_t t;
@@ -588,6 +597,59 @@ Test(remote_restore_gate, an_object_a_reader_already_waits_for_is_fetched_before
                  order[3], order[4], order[5]);
     for (int k = 3; k < n; k++)                             /* and the rest in entry order */
         cr_assert_gt(order[k], order[k - 1], "writer %d's object after writer %d's", order[k], order[k - 1]);
+    for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
+}
+
+Test(remote_restore_gate, a_reader_that_only_tries_neither_blocks_nor_reorders_the_fetches)
+{
+    /* As above, but the last entry's reader only tries (dstl_reader_try_next), as a thread
+     * taking turns on many tasks' readers does: with every answer held at the gate it returns
+     * -EAGAIN at once instead of waiting, and its object keeps its place in the queue: after
+     * the held GET the objects come in entry order, the tried-for one last. (A blocked reader
+     * pulled its object ahead, held until the other readers got there; a thread of many tasks
+     * blocked on one of them pulled a late object in for every such thread.) Once the gate
+     * opens, dstl_restore_wait wakes the thread when the reader's bytes are in, and its
+     * records come whole. */
+    enum { NO = 6 };
+    dstl_handle *h[NO];
+    write_snaps(h, NO);
+    dstl_storage *s = open_through_gate_with("dstl.recovery.connections", "1");
+    dstl_restore *p = plan_first_get_held(s, h, NO);
+    dstl_reader *r = NULL;
+    dstl_record rec;
+    cr_assert_eq(dstl_restore_reader_open(p, NO - 1, 0, &r), 0, "%s", dstl_last_error());
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(dstl_reader_try_next(r, &rec), -EAGAIN, "a try with every answer held: %s", dstl_last_error());
+        usleep(100000);                                     /* as long as a waiting reader had */
+    }
+    pthread_mutex_lock(&G.mu);
+    int held_gets = G.nreq;
+    pthread_mutex_unlock(&G.mu);
+    cr_assert_eq(held_gets, 1, "%d GETs went out while one was held (dstl.recovery.connections 1)", held_gets);
+    uint64_t seen = 0;
+    cr_assert_eq(dstl_restore_wait(p, &seen, 0), 1, "a thread's first wait returns at once");
+    cr_assert_eq(dstl_restore_wait(p, &seen, 50), 0, "news while every answer is held");
+    gate_set(&G, 0);
+    uint64_t got = 0, waits = 0;
+    int rc;
+    for (;;) {
+        while ((rc = dstl_reader_try_next(r, &rec)) == 1) got++;
+        if (rc != -EAGAIN) break;
+        cr_assert_lt(++waits, 100, "no record after %lu waits of up to 1 s", (unsigned long)waits);
+        cr_assert_geq(dstl_restore_wait(p, &seen, 1000), 0, "%s", dstl_last_error());
+    }
+    cr_assert_eq(rc, 0, "%s", dstl_last_error());
+    cr_assert_eq(got, 16);
+    dstl_reader_close(r);
+    read_entries(p, NO - 1, 16);                            /* the others */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
+
+    int order[NO];
+    int n = snaps_order(h, NO, order);
+    for (int k = 1; k < n; k++)
+        cr_assert_gt(order[k], order[k - 1], "writer %d's object after writer %d's (in order: %d %d %d %d %d %d)",
+                     order[k], order[k - 1], order[0], order[1], order[2], order[3], order[4], order[5]);
     for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
 }
 

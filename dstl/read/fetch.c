@@ -39,6 +39,10 @@
  * them themselves) instead of waiting for releases that may never come. Long enough for a
  * reader busy with held bytes to finish a piece (a few ms), short beside a restore. */
 #define FETCH_STUCK_MS 50u
+/* A poll (fetch_poll) says a reader needs an extent for this long: a thread polling many
+ * readers comes back to each within a few ms, or sleeps in fetch_wait_progress, which a stuck
+ * set's give-up (unstick, after FETCH_STUCK_MS) wakes. */
+#define FETCH_POLL_FRESH_MS 1000u
 /* The thread's longest sleep: it is woken for work (s3_client_wakeup); this only paces the
  * stuck check above. */
 #define FETCH_TICK_MS 20
@@ -142,10 +146,31 @@ static void wake(extent *x, int all)
     need_update(x);
 }
 
+/* Tells x's pollers whose bytes are in (all of them when `all`: its state changed), and
+ * forgets them. Under mu. */
+static void tell_pollers(extent *x, int all)
+{
+    uint64_t have = x->off + atomic_load(&x->got), m = UINT64_MAX;
+    size_t keep = 0;
+    for (size_t i = 0; i < x->npl; i++) {
+        poll_interest *pi = &x->pl[i];
+        if (all || pi->need <= have) {
+            pi->t->count++;
+            pthread_cond_signal(&pi->t->cv);
+            continue;
+        }
+        if (pi->need < m) m = pi->need;
+        x->pl[keep++] = *pi;
+    }
+    x->npl = keep;
+    atomic_store(&x->poll_need, m);
+}
+
 static void set_state(extent *x, int st)
 {
     x->state = st;
     wake(x, 1);
+    tell_pollers(x, 1);
 }
 
 /* ---- holding (under mu) ---- */
@@ -233,9 +258,11 @@ static void on_progress(void *ctx, size_t n, uint64_t object_size)
     s3_client_stats(x->f->o.cli, &cs);
     atomic_store(&x->f->bytes_in, cs.bytes_received);
     atomic_store(&x->got, (uint64_t)n);
-    if (x->off + n < atomic_load(&x->min_need)) return;
+    uint64_t have = x->off + n, wn = atomic_load(&x->min_need), pn = atomic_load(&x->poll_need);
+    if (have < wn && have < pn) return;
     pthread_mutex_lock(&x->f->mu);
     wake(x, 0);
+    if (atomic_load(&x->poll_need) <= have) tell_pollers(x, 0);
     pthread_mutex_unlock(&x->f->mu);
 }
 
@@ -271,8 +298,14 @@ static extent *next_queued(fetch_set *f)
     return best;
 }
 
+/* Whether a reader needs x now: one waits for it, or polled for it (fetch_poll) lately. */
+static int needed_now(const extent *x, uint64_t now)
+{
+    return x->waiters || (x->polled_ms && now - x->polled_ms < FETCH_POLL_FRESH_MS);
+}
+
 /* Nothing fits and nothing is in flight: after FETCH_STUCK_MS without a release, the extents
- * readers wait for are left to them. */
+ * readers wait for (or poll for) are left to them. */
 static void unstick(fetch_set *f)
 {
     uint64_t now = now_ms();
@@ -284,7 +317,7 @@ static void unstick(fetch_set *f)
     for (size_t i = 0; i < f->nobj; i++)
         for (size_t k = 0; k < f->objs[i].next; k++) {
             extent *x = f->objs[i].ext[k];
-            if (x->state == X_QUEUED && x->waiters) set_state(x, X_DIRECT);
+            if (x->state == X_QUEUED && needed_now(x, now)) set_state(x, X_DIRECT);
         }
     f->blocked_since_ms = 0;
 }
@@ -476,6 +509,7 @@ void fetch_free(fetch_set *f)
         object *ob = &f->objs[i];
         for (size_t k = 0; k < ob->next; k++) {
             if (ob->ext[k]->buf) drop_bytes(f, ob->ext[k]);
+            free(ob->ext[k]->pl);
             free(ob->ext[k]);
         }
         free(ob->ext);
@@ -485,6 +519,11 @@ void fetch_free(fetch_set *f)
     }
     free(f->objs);
     arena_free(f->arena);
+    for (poll_token *t = f->tokens, *n; t; t = n) {
+        n = t->next;
+        pthread_cond_destroy(&t->cv);
+        free(t);
+    }
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -626,6 +665,83 @@ int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint
     if (rc == 1) *out = one->buf + (off - one->off);
     pthread_mutex_unlock(&f->mu);
     return rc;
+}
+
+/* The calling thread's token (made on its first poll; count starts at 1, so a first wait
+ * with *seen 0 returns at once). NULL when out of memory. Under mu. */
+static poll_token *my_token(fetch_set *f)
+{
+    pthread_t me = pthread_self();
+    for (poll_token *t = f->tokens; t; t = t->next)
+        if (pthread_equal(t->thread, me)) return t;
+    poll_token *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->thread = me;
+    t->count = 1;
+    pthread_cond_init(&t->cv, NULL);
+    t->next = f->tokens;
+    f->tokens = t;
+    return t;
+}
+
+/* Notes that the calling thread needs x's bytes up to need. 0, or -ENOMEM (then it is not
+ * told, and finds out at its wait's timeout or its next poll). Under mu. */
+static int note_poller(fetch_set *f, extent *x, uint64_t need)
+{
+    poll_token *t = my_token(f);
+    if (!t) return -ENOMEM;
+    size_t i = 0;
+    while (i < x->npl && x->pl[i].t != t) i++;
+    if (i == x->npl) {
+        if (fetch_grow((void **)&x->pl, &x->cap_pl, x->npl + 1, sizeof *x->pl) < 0) return -ENOMEM;
+        x->pl[x->npl++] = (poll_interest){t, need};
+    } else if (need < x->pl[i].need) {
+        x->pl[i].need = need;
+    }
+    if (need < atomic_load(&x->poll_need)) atomic_store(&x->poll_need, need);
+    return 0;
+}
+
+int fetch_poll(fetch_set *f, uint32_t id, uint64_t off, size_t len)
+{
+    uint64_t end = off + len, need = 0;
+    extent *x = NULL;
+    pthread_mutex_lock(&f->mu);
+    object *ob = &f->objs[id];
+    int st = range_state(ob, off, end, &x, &need);
+    if (st == X_QUEUED) {
+        /* noted before looking again: a hand-over from now on sees it (on_progress), one
+         * before, the second look sees (as wait_range does) */
+        (void)note_poller(f, x, need);
+        x->polled_ms = now_ms();
+        st = range_state(ob, off, end, &x, &need);
+        if (st == X_QUEUED && x->state == X_QUEUED) s3_client_wakeup(f->o.cli);   /* the budget may decide */
+    }
+    pthread_mutex_unlock(&f->mu);
+    return st != X_QUEUED;
+}
+
+int fetch_wait_progress(fetch_set *f, uint64_t *seen, int timeout_ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ms > 0) {
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&f->mu);
+    poll_token *t = my_token(f);
+    int rc = 0;
+    while (t && t->count == *seen && timeout_ms != 0 && rc == 0)
+        rc = timeout_ms < 0 ? pthread_cond_wait(&t->cv, &f->mu) : pthread_cond_timedwait(&t->cv, &f->mu, &until);
+    int moved = !t || t->count != *seen;
+    if (t) *seen = t->count;
+    pthread_mutex_unlock(&f->mu);
+    return moved;
 }
 
 void fetch_get_stats(fetch_set *f, fetch_stats *out)

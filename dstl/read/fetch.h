@@ -151,6 +151,19 @@ int fetch_read(fetch_set *f, uint32_t id, uint64_t off, size_t len, void *dst, c
  * 0 also when the range spans extents (the caller copies with fetch_read). Blocking. */
 int fetch_borrow(fetch_set *f, uint32_t id, uint64_t off, size_t len, const uint8_t **out, char *msg, size_t cap);
 
+/* Whether a fetch_read of [off, off + len) of object id would return without waiting: 1 (its
+ * bytes are in, or it would answer 0 or an error at once), 0 (some are queued or still
+ * streaming). A 0 notes the calling thread's interest without making the range jump the
+ * queue (a waiting fetch_read does): the thread's fetch_wait_progress wakes when those bytes
+ * arrive or their extent's state changes, and a set stuck with nothing in flight gives the
+ * range up to its reader as for a waiting one. */
+int fetch_poll(fetch_set *f, uint32_t id, uint64_t off, size_t len);
+/* Waits until the calling thread's progress count differs from *seen — bytes its polls found
+ * missing arrived, or their extents' state changed — or timeout_ms passes (< 0: no limit; 0:
+ * does not wait); sets *seen to the count (which starts at 1). 1 when it had moved, 0 on the
+ * timeout. Only the threads that polled are woken, and only for their own bytes. */
+int fetch_wait_progress(fetch_set *f, uint64_t *seen, int timeout_ms);
+
 void fetch_get_stats(fetch_set *f, fetch_stats *out);
 
 #endif

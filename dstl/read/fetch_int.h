@@ -34,6 +34,22 @@ typedef struct waiter {
     struct waiter *next;
 } waiter;
 
+/* A thread that polls (fetch_poll) ranges of the set and sleeps in fetch_wait_progress: one
+ * per thread and set, owned by the set (freed with it), found by the thread's id. */
+typedef struct poll_token {
+    pthread_t thread;
+    pthread_cond_t cv;
+    uint64_t count;             /* bumped when bytes it polled for arrive, or their extent's
+                                 * state changes */
+    struct poll_token *next;
+} poll_token;
+
+/* A poller's interest in an extent: bytes up to object offset need. */
+typedef struct {
+    poll_token *t;
+    uint64_t need;
+} poll_interest;
+
 typedef struct extent {
     fetch_set *f;
     uint32_t obj;
@@ -47,6 +63,11 @@ typedef struct extent {
     uint64_t started_ms;        /* when its GET started */
     _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
     _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
+    _Atomic uint64_t poll_need; /* the smallest offset a poller (fetch_poll) found missing and
+                                 * has not been told of yet (UINT64_MAX: none) */
+    uint64_t polled_ms;         /* when a poller last found it missing (0: never) */
+    poll_interest *pl;          /* the pollers to tell (one entry per token) */
+    size_t npl, cap_pl;
     waiter *wl;
     uint8_t *buf;
     s3_op *op;
@@ -98,6 +119,7 @@ struct fetch_set {
     uint32_t ready_id;
     int ready_set;              /* fetch_on_first_ready was called (once per set) */
     fetch_stats st;
+    poll_token *tokens;         /* the threads that polled */
     /* the client's response bytes as of the last hand-over to readers (on_progress, the set's
      * thread): stored before the extent's got, so bytes_fetched never lags bytes delivered */
     _Atomic uint64_t bytes_in;

@@ -81,7 +81,7 @@ static int extent_add(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint6
         return -ENOMEM;
     }
     *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off, .obj_len = ob->len,
-                  .min_need = UINT64_MAX};
+                  .min_need = UINT64_MAX, .poll_need = UINT64_MAX};
     size_t i = ob->next;
     while (i > 0 && ob->ext[i - 1]->off > off) {
         ob->ext[i] = ob->ext[i - 1];

@@ -583,8 +583,9 @@ static void job_clear(dstl_reader *r, job *j)
 }
 
 /* Starts jobs for the pieces ahead while the window has room. A local piece is read only when
- * it is the current one (a blocking pread gains nothing by going early). */
-static void fill(dstl_reader *r)
+ * it is the current one (a blocking pread gains nothing by going early). With nowait, a
+ * current piece of the restore plan whose bytes are not in yet is not started: -EAGAIN. */
+static int fill(dstl_reader *r, int nowait)
 {
     while (r->next_start < r->wh->npieces && r->next_start - r->piece < READ_WINDOW_PIECES) {
         size_t p = r->next_start;
@@ -601,9 +602,11 @@ static void fill(dstl_reader *r)
         /* a piece of a restore plan waits for the plan's fetch: it too starts when current */
         int now = src != SRC_REMOTE || (r->plan && restore_object(r->plan, r->pe, r->ph, seg) >= 0);
         if (now && p != r->piece) break;
+        if (nowait && src == SRC_REMOTE && r->plan && !restore_piece_ready(r->plan, r->pe, r->ph, p)) return -EAGAIN;
         job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src, 0);
         r->next_start++;
     }
+    return 0;
 }
 
 /* Whether the local copy's failure err of job j may be repaired from the object: the handle
@@ -636,15 +639,17 @@ static int job_report(dstl_reader *r, const job *j, int code, const char *msg)
                 msg, ss->local_err);
 }
 
-/* Drives the client until job j is ready or failed. */
-static int wait_job(dstl_reader *r, job *j)
+/* Drives the client until job j is ready or failed; with nowait, one turn that does not wait,
+ * then -EAGAIN when it is still not. */
+static int wait_job(dstl_reader *r, job *j, int nowait)
 {
     while (j->state == J_FOOTER || j->state == J_SECTION) {
         if (!r->cli || s3_client_pending(r->cli) == 0)
             return fail(r, -EIO, "reader: piece %zu waits for a GET that is not in flight", j->piece);
-        int n = s3_client_run(r->cli, NULL, 0, 1000);
+        int n = s3_client_run(r->cli, NULL, 0, nowait ? 0 : 1000);
         account(r);
         if (n < 0) return fail(r, n, "reader: S3 client loop failed: %s", dstl_strerror(n));
+        if (nowait && (j->state == J_FOOTER || j->state == J_SECTION)) return -EAGAIN;
     }
     return 0;
 }
@@ -699,15 +704,16 @@ int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_
     return 0;
 }
 
-int dstl_reader_next(dstl_reader *r, dstl_record *rec)
+/* dstl_reader_next (nowait 0) and dstl_reader_try_next (1: -EAGAIN instead of waiting for
+ * bytes; nothing is consumed then, and the reader's state is as before but for GETs started). */
+static int reader_next(dstl_reader *r, dstl_record *rec, int nowait)
 {
-    if (!r || !rec) return err_fail(-EINVAL, "dstl_reader_next: NULL argument");
     if (r->err) return err_fail(r->err, "%s", r->errmsg);
     for (;;) {
         if (r->piece >= r->wh->npieces) return 0;
-        fill(r);
+        if (fill(r, nowait) < 0) return -EAGAIN;
         job *j = &r->jobs[r->piece % READ_WINDOW_PIECES];
-        int rc = wait_job(r, j);
+        int rc = wait_job(r, j, nowait);
         if (rc < 0) return rc;
         if (j->state == J_FAILED) {
             if (!can_fall_back(r, j, j->err)) return job_report(r, j, j->err, j->errmsg);
@@ -745,6 +751,18 @@ int dstl_reader_next(dstl_reader *r, dstl_record *rec)
         r->piece++;
         if (r->plan) restore_pieces_done(r->plan, r->pe, r->ph, r->piece);
     }
+}
+
+int dstl_reader_next(dstl_reader *r, dstl_record *rec)
+{
+    if (!r || !rec) return err_fail(-EINVAL, "dstl_reader_next: NULL argument");
+    return reader_next(r, rec, 0);
+}
+
+int dstl_reader_try_next(dstl_reader *r, dstl_record *rec)
+{
+    if (!r || !rec) return err_fail(-EINVAL, "dstl_reader_try_next: NULL argument");
+    return reader_next(r, rec, 1);
 }
 
 void dstl_reader_close(dstl_reader *r)

@@ -579,6 +579,28 @@ int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const
     return fetch_borrow(p->fs, p->objs[obj].fid, off, len, out, msg, cap);
 }
 
+int restore_piece_ready(dstl_restore *p, size_t entry, size_t handle, size_t piece)
+{
+    const piece_need *nd = &p->e[entry].h[handle].need[piece];
+    if (nd->obj < 0) return 1;
+    const plan_obj *o = &p->objs[nd->obj];
+    const wire_seg_ref *g = o->g;
+    int ix = atomic_load_explicit(&o->ix_state, memory_order_acquire);
+    /* the index: parsed (or failed) already, or its footer in (a parse, not a fetch, away) */
+    if (ix != IX_PARSED && ix != IX_FAILED &&
+        !fetch_poll(p->fs, o->fid, g->footer_offset, (size_t)(g->object_len - g->footer_offset)))
+        return 0;
+    for (int r = 0; r < nd->nr; r++)
+        if (!fetch_poll(p->fs, o->fid, nd->off[r], (size_t)nd->len[r])) return 0;
+    return 1;
+}
+
+int dstl_restore_wait(dstl_restore *p, uint64_t *seen, int timeout_ms)
+{
+    if (!p || !seen) return err_fail(-EINVAL, "dstl_restore_wait: NULL argument");
+    return p->fs ? fetch_wait_progress(p->fs, seen, timeout_ms) : 0;
+}
+
 /* Waits while *st is val / wakes every waiter of st: a futex on the state itself, so the
  * readers waiting for an index (64 of them on the plan's first object) all become runnable
  * when it is published and need no lock to see it. A mutex held during the fetch made them

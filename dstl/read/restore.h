@@ -36,6 +36,12 @@ int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *d
 int restore_borrow(dstl_restore *p, int64_t obj, uint64_t off, size_t len, const uint8_t **out, char *msg,
                    size_t cap);
 
+/* Whether piece `piece` of (entry, handle) can start without waiting for the plan's fetches:
+ * its object's index and every range it needs are in (or will not be fetched by the plan:
+ * the reader fetches them itself). A 0 registers the reader's interest (fetch_poll):
+ * dstl_restore_wait wakes when those bytes come. */
+int restore_piece_ready(dstl_restore *p, size_t entry, size_t handle, size_t piece);
+
 /* Object obj's index, parsed and checked (segread_index) once for all the plan's readers from
  * the footer the plan fetched; valid until the plan closes; read-only (any thread). NULL when
  * it cannot be had (the reader then reads the footer itself, and reports what is wrong).
