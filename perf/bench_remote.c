@@ -32,6 +32,7 @@
  *   bench_remote put DIR BUCKET SIZE COUNT
  *       COUNT sequential PUTs of SIZE bytes with the same client: remote.put_p50/p99_us.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -252,19 +253,27 @@ typedef struct {
  * thread as the core they share. (Read one after the other, each thread's later tasks started
  * only once its earlier ones were done, and every object stayed in memory until the last of
  * them had read it: the whole restore, 250-385 MB at w256 and w1024, where readers that move
- * together let each object go once they are all past it.) */
-/* Reads up to RECOVER_TURN_RECORDS records from r: 1 when it has more, 0 when it ended. */
-static int recover_turn(rec_job *j, dstl_reader *r)
+ * together let each object go once they are all past it.) A turn never waits for bytes
+ * (dstl_reader_try_next): a reader whose bytes are not in yet lets the thread's others go on,
+ * and the thread sleeps in dstl_restore_wait only when none of them has a record at hand. (A
+ * turn that blocked stalled the thread's other tasks behind a reader of a later object, and
+ * made the plan fetch that object early, held until the slowest reader got there: at w256,
+ * 64 threads of 4 tasks held 217 MB at the peak where a thread per task held 127 MB.) */
+/* Reads up to RECOVER_TURN_RECORDS records from r: 1 when it has more (*took: how many it
+ * read), 0 when it ended. */
+static int recover_turn(rec_job *j, dstl_reader *r, int *took)
 {
     dstl_record rec;
-    int rc = 1;
-    for (int t = 0; t < RECOVER_TURN_RECORDS && (rc = dstl_reader_next(r, &rec)) == 1; t++) {
+    int rc = 1, t = 0;
+    for (; t < RECOVER_TURN_RECORDS && (rc = dstl_reader_try_next(r, &rec)) == 1; t++) {
         if (j->bytes == 0 && atomic_load_explicit(j->first_ns, memory_order_relaxed) == 0) {
             uint64_t ns = (uint64_t)((now_s() - j->t0) * 1e9), zero = 0;
             atomic_compare_exchange_strong(j->first_ns, &zero, ns ? ns : 1);
         }
         j->bytes += rec.len;
     }
+    *took += t;
+    if (rc == -EAGAIN) return 1;
     if (rc < 0) die("recovery read");
     return rc;
 }
@@ -273,22 +282,23 @@ static void *recover_thread(void *arg)
 {
     rec_job *j = arg;
     int nr = 0;
+    uint64_t seen = 0;
     dstl_reader **rs = calloc((size_t)(j->n / j->step + 1), sizeof *rs);
-    /* each reader's first turn right after it opens: the thread's first task reads at once */
-    for (int i = j->first; i < j->n; i += j->step) {
-        if (dstl_restore_reader_open(j->p, (size_t)i, 0, &rs[nr]) < 0) die("reader");
-        if (recover_turn(j, rs[nr])) nr++;
-        else dstl_reader_close(rs[nr]);
-    }
-    while (nr > 0)
+    for (int i = j->first; i < j->n; i += j->step)
+        if (dstl_restore_reader_open(j->p, (size_t)i, 0, &rs[nr++]) < 0) die("reader");
+    while (nr > 0) {
+        int took = 0;
         for (int k = 0; k < nr;) {
-            if (recover_turn(j, rs[k])) {
+            if (recover_turn(j, rs[k], &took)) {
                 k++;
                 continue;
             }
             dstl_reader_close(rs[k]);       /* this task is done: its slot goes to the last one */
             rs[k] = rs[--nr];
+            took++;
         }
+        if (!took && dstl_restore_wait(j->p, &seen, 1000) < 0) die("restore wait");
+    }
     free(rs);
     return NULL;
 }
@@ -465,6 +475,7 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
     printf("recovery.w%d.requests_vs_objects %.3f x\n", n, per_object);   /* the goal's name */
     printf("recovery.w%d.first_record_ms %.1f ms\n", n, median(first, rounds));
     printf("recovery.w%d.held_peak_mb %.1f MB\n", n, (double)r.st.held_peak_bytes / 1e6);
+    printf("recovery.w%d.touched_mb %.1f MB\n", n, (double)r.st.memory_touched_bytes / 1e6);
     printf("recovery.w%d.ms %.1f ms\n", n, r.secs * 1e3);
     printf("recovery.w%d.direct_reads %" PRIu64 " reads\n", n, r.st.direct_reads);
     printf("recovery.w%d.plan_ms %.1f ms\n", n, r.plan_ms);
