@@ -354,7 +354,7 @@ typedef struct {
     uint64_t    seq;
     uint32_t    key_group;     /* meaningless for meta records */
     int         is_meta;
-    const void *data;          /* valid until the next dstl_reader_next or dstl_reader_close */
+    const void *data;          /* valid until the next dstl_reader_next, _try_next or _close */
     size_t      len;
 } dstl_record;
 
@@ -375,11 +375,13 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h,
  * s3://bucket/key and the server's answer), DSTL_ECRYPTO (encrypted segments: a key or tag
  * problem), -EIO, -ENOMEM. Errors are sticky. */
 int dstl_reader_next(dstl_reader *r, dstl_record *rec);
-/* As dstl_reader_next, but never waits for bytes still on their way: -EAGAIN (no error,
- * nothing consumed, the record before stays valid) when the next record needs bytes not yet
- * in — a restore plan's still queued or streaming, or the reader's own GET (which it drives
- * without waiting). For a thread that restores many tasks: it takes turns on the readers with
- * records at hand and sleeps in dstl_restore_wait when none has. A reader blocked in
+/* As dstl_reader_next, but never waits for bytes still on their way: -EAGAIN (no error, no
+ * record skipped; the record returned before is no longer valid, as after any call) when the
+ * next record needs bytes not yet in — a restore plan's still queued or streaming, or the
+ * reader's own GET (which it drives without waiting). For a thread that restores many tasks:
+ * it takes turns on the readers with records at hand and sleeps in dstl_restore_wait when
+ * none has (that wait hears of a plan's bytes only: a reader's own GETs are not news to it,
+ * so a loop that also tries plain readers waits with a short timeout). A reader blocked in
  * dstl_reader_next makes its plan fetch what it waits for ahead of the plan's order (it is
  * idle until then); a reader that only tries leaves the order alone, so a thread's reader of
  * a late object does not pull that object in early, to be held until the plan's slowest

@@ -561,7 +561,8 @@ Test(remote_restore, one_thread_trying_every_reader_in_turn_restores_them_all_wi
         }
         if (took) continue;
         cr_assert_lt(++idle, 100000, "no reader had a record in %lu turns", (unsigned long)idle);
-        cr_assert_geq(dstl_restore_wait(p, &seen, 1000), 0, "%s", dstl_last_error());
+        /* short: the plain reader's own GETs are not news to the plan's wait */
+        cr_assert_geq(dstl_restore_wait(p, &seen, 20), 0, "%s", dstl_last_error());
     }
     for (uint32_t i = 0; i < NR; i++) {
         cr_expect_eq(c[i].n, expected(jb.last[i < jb.nwriters ? i : 0], 0, NKG - 1), "reader %u", i);
