@@ -133,6 +133,10 @@ static const key_def keys[] = {
     {{"dstl.recovery.connections", "8", "count",
       "parallel GETs of a restore plan (dstl_restore_plan): its fetches of the objects a job's readers need", 0},
      K_COUNT, NULL, OFF(recovery_connections), 1, 1024},
+    {{"dstl.recovery.read-ahead", "64mb", "size",
+      "bytes a restore plan fetches ahead of its readers (within dstl.cache.max-size); what a reader waits or "
+      "tries for is fetched beyond it; 0 = up to dstl.cache.max-size", 0},
+     K_SIZE, NULL, OFF(recovery_read_ahead_bytes), 0, UINT64_MAX},
     {{"dstl.metrics.file", "", "text",
       "write Prometheus text metrics to this file every second (for node_exporter's textfile collector); empty = off", 0},
      K_TEXT, NULL, OFF(metrics_file), 0, 0},

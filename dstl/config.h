@@ -55,6 +55,7 @@ typedef struct {
     uint64_t cache_max_size_bytes;
     uint64_t cache_idle_timeout_ms;
     uint32_t recovery_connections;       /* dstl.recovery.connections */
+    uint64_t recovery_read_ahead_bytes;  /* dstl.recovery.read-ahead */
     const char *metrics_file;            /* "" = none */
 } config_values;
 

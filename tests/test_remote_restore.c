@@ -360,6 +360,52 @@ Test(remote_restore, sixty_four_readers_fetch_each_object_once)
     job_free(&jb);
 }
 
+Test(remote_restore, a_plan_fetches_ahead_of_its_readers_only_as_far_as_its_read_ahead)
+{
+    /* dstl.recovery.read-ahead 1 MiB, the cache bound 1 GB: before any reader opens, the plan
+     * fetches its first record's bytes and then about 1 MiB more, and stops there (~3 MB of
+     * objects); readers that then come get everything, once per object, with no read left to
+     * them. (Without the window a plan fetched up to the cache bound ahead: all of it here,
+     * 145-220 MB of memory touched in the bench's restores.) */
+    job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
+              .batch_bytes = "256kb"};
+    write_job(&jb, wdir);
+    t_rm_rf(wdir);
+    uint64_t need_bytes;
+    size_t need = needed_objects(&jb, &need_bytes);
+    const uint64_t ahead = 1u << 20;
+    cr_assert_gt(need_bytes, 2 * ahead + (1u << 20), "the restore (%lu bytes) is not larger than the window",
+                 (unsigned long)need_bytes);
+    dstl_storage *s = open_restorer(rdir, "dstl.recovery.read-ahead", "1mb", NULL);
+    dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
+    dstl_restore_stats st = rstats(p);
+    for (int still = 0, i = 0; still < 10 && i < 400; i++) {      /* until nothing arrives for 0.5 s */
+        usleep(50000);
+        dstl_restore_stats now = rstats(p);
+        still = now.bytes_fetched == st.bytes_fetched ? still + 1 : 0;
+        st = now;
+    }
+    show("before any reader", &st);
+    /* the window, one extent that went when nothing was held, and the first record's bytes
+     * and the footers fetched first (each at most a small object) */
+    cr_expect_leq(st.held_bytes, 2 * ahead, "%lu bytes held with no reader open (read-ahead %lu)",
+                  (unsigned long)st.held_bytes, (unsigned long)ahead);
+    cr_expect_lt(st.bytes_fetched, need_bytes - ahead, "%lu of %lu bytes fetched with no reader open",
+                 (unsigned long)st.bytes_fetched, (unsigned long)need_bytes);
+    cr_expect_gt(st.bytes_fetched, 0, "nothing fetched ahead");
+    restore_concurrently(p, &jb, 0, NKG - 1);
+    st = rstats(p);
+    show("after the readers", &st);
+    cr_expect_eq(st.objects_fetched, need);
+    cr_expect_eq(st.direct_reads, 0, "%lu reads left to readers", (unsigned long)st.direct_reads);
+    cr_expect_leq(st.get_requests * 10, need * 11, "%lu GETs for %zu objects", (unsigned long)st.get_requests, need);
+    cr_expect_leq(st.bytes_fetched * 100, need_bytes * 105, "fetched %lu bytes of %lu", (unsigned long)st.bytes_fetched,
+                  (unsigned long)need_bytes);
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
 /* ---- rescaling ---- */
 
 Test(remote_restore, four_rescaled_tasks_each_fetch_about_a_quarter)
@@ -462,9 +508,9 @@ static void *monitor_thread(void *arg)
 }
 
 /* Writes jb (~3 MB in segments of ~300 KB with the job of the two tests below) and opens a
- * storage to restore it with a bound of `bound` bytes (1 MiB), over half the restore;
- * *need_bytes: the bytes of the objects the handles name. */
-static dstl_storage *job_over_bound(job *jb, uint64_t bound, uint64_t *need_bytes)
+ * storage to restore it with a bound of `bound` bytes (1 MiB), over half the restore, and
+ * dstl.recovery.read-ahead read_ahead; *need_bytes: the bytes of the objects the handles name. */
+static dstl_storage *job_over_bound(job *jb, uint64_t bound, const char *read_ahead, uint64_t *need_bytes)
 {
     write_job(jb, wdir);
     t_rm_rf(wdir);
@@ -472,7 +518,8 @@ static dstl_storage *job_over_bound(job *jb, uint64_t bound, uint64_t *need_byte
     cr_assert_gt(*need_bytes, 2 * bound, "the restore (%lu bytes in %zu objects) is not larger than the bound",
                  (unsigned long)*need_bytes, need);
     cr_assert_eq(bound, 1u << 20);
-    return open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", NULL);
+    return open_restorer(rdir, "dstl.cache.dir", cdir, "dstl.cache.max-size", "1mb", "dstl.recovery.read-ahead",
+                         read_ahead, NULL);
 }
 
 Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
@@ -482,7 +529,7 @@ Test(remote_restore, restore_larger_than_the_cache_stays_within_its_bound)
               .batch_bytes = "256kb"};
     uint64_t need_bytes;
     const uint64_t bound = 1u << 20;
-    dstl_storage *s = job_over_bound(&jb, bound, &need_bytes);
+    dstl_storage *s = job_over_bound(&jb, bound, "64mb", &need_bytes);
     uint64_t fds0 = open_fds();
     dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
     monitor_arg m = {.p = p, .cache_dir = cdir};
@@ -519,13 +566,14 @@ Test(remote_restore, one_thread_trying_every_reader_in_turn_restores_them_all_wi
      * and sleeps in dstl_restore_wait when none has a record at hand: every reader's records
      * come exact, and the plan keeps its bound — with the bound full of bytes whose readers
      * try for others that do not fit, the plan leaves those to the readers (as it does for
-     * readers that wait) rather than stall the thread. A plain reader tried in the same loop
-     * drives its own GETs. */
+     * readers that wait) rather than stall the thread; with a read-ahead (256 KiB) below an
+     * object, each object starts only once a reader tried for it and nothing was in flight.
+     * A plain reader tried in the same loop drives its own GETs. */
     job jb = {.nwriters = 8, .rounds = 4, .per_round = 400, .max_len = 500, .persist_delay = "20ms",
               .batch_bytes = "256kb"};
     uint64_t need_bytes;
     const uint64_t bound = 1u << 20;
-    dstl_storage *s = job_over_bound(&jb, bound, &need_bytes);
+    dstl_storage *s = job_over_bound(&jb, bound, "256kb", &need_bytes);
     dstl_restore *p = plan_all(s, &jb, 0, NKG - 1);
     enum { NR = 8 + 1 };                    /* the plan's readers, and a plain one of writer 0 */
     dstl_reader *r[NR];

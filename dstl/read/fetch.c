@@ -278,7 +278,25 @@ static int64_t extent_rank(const object *ob, const extent *x)
     return x->waiters ? ob->prio - INT64_MAX / 8 : ob->prio;
 }
 
-static extent *next_queued(fetch_set *f)
+/* Whether a reader needs x now: one waits for it, or polled for it (fetch_poll) lately. */
+static int needed_now(const extent *x, uint64_t now)
+{
+    return x->waiters || (x->polled_ms && now - x->polled_ms < FETCH_POLL_FRESH_MS);
+}
+
+/* Whether x goes beyond the read-ahead window: a reader waits for it (its thread is idle
+ * until it comes), or one polled for it and nothing is in flight (every reader that tries is
+ * past the bytes in: the window would hold them all back). A polled extent otherwise waits
+ * its turn: its reader's thread has other readers to serve, and polls spread over most of
+ * the queue (at w256, a window of 64 MB held 110-150 MB while polls went beyond it). */
+static int urgent(const fetch_set *f, const extent *x, uint64_t now)
+{
+    return x->waiters || (f->inflight == 0 && needed_now(x, now));
+}
+
+/* The first queued extent in rank order, or NULL; with urgent_only, the first urgent one
+ * (now: the time for that). Under mu. */
+static extent *next_queued(fetch_set *f, int urgent_only, uint64_t now)
 {
     extent *best = NULL;
     int64_t br = 0;
@@ -286,22 +304,16 @@ static extent *next_queued(fetch_set *f)
         object *ob = &f->objs[i];
         for (size_t k = 0; k < ob->next; k++) {
             extent *x = ob->ext[k];
-            if (x->state != X_QUEUED) continue;
+            if (x->state != X_QUEUED || (urgent_only && !urgent(f, x, now))) continue;
             int64_t r = extent_rank(ob, x);
             if (!best || r < br) {
                 best = x;
                 br = r;
             }
-            if (!ob->nfirst) break;         /* no first extent: this is the object's pick */
+            if (!ob->nfirst && !urgent_only) break;     /* no first extent: this is the object's pick */
         }
     }
     return best;
-}
-
-/* Whether a reader needs x now: one waits for it, or polled for it (fetch_poll) lately. */
-static int needed_now(const extent *x, uint64_t now)
-{
-    return x->waiters || (x->polled_ms && now - x->polled_ms < FETCH_POLL_FRESH_MS);
 }
 
 /* Nothing fits and nothing is in flight: after FETCH_STUCK_MS without a release, the extents
@@ -397,12 +409,15 @@ static void admit(fetch_set *f)
     unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
     extent *x;
     uint64_t now = now_ms();
-    while (f->inflight < max && (x = next_queued(f))) {
+    while (f->inflight < max && (x = next_queued(f, 0, 0))) {
         if (!x->first && first_pending(f, now)) return;
         if (x->len > f->o.budget_bytes) {           /* can never be held */
             set_state(x, X_DIRECT);
             continue;
         }
+        if (!x->first && !urgent(f, x, now) && f->o.ahead_bytes && f->held + x->len > f->o.ahead_bytes &&
+            f->held > 0 && !(x = next_queued(f, 1, now)))
+            break;                                  /* far enough ahead: wait for releases */
         if (f->held + x->len > f->o.budget_bytes ||
             (f->o.reserve && !(x->reserved = f->o.reserve(f->o.reserve_ctx, x->len)))) {
             if (f->inflight == 0) unstick(f);

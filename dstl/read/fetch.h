@@ -16,7 +16,8 @@
  *   fetching one thread per set drives its own S3 client: queued extents start in priority
  *            order (an extent a reader waits for, then an object's prio, then offset), at most
  *            max_gets at once, and only while the bytes held plus in flight stay within
- *            budget_bytes (and the reserve hook agrees); their bytes live in the set's arena
+ *            budget_bytes (and the reserve hook agrees), and within ahead_bytes unless a reader
+ *            needs the extent now; their bytes live in the set's arena
  *            (arena.h), reused as readers release them.
  *            fetch_first marks a range of an object (at most two per object) to be an extent of
  *            its own, fetched before every other extent (the restore plan's first objects: their
@@ -68,6 +69,11 @@ typedef struct fetch_set fetch_set;
 typedef struct {
     s3_client *cli;             /* the set's from now on (freed by fetch_free, also on failure) */
     uint64_t budget_bytes;      /* bytes held plus in flight at most; 0: nothing is fetched ahead */
+    /* Bytes held plus in flight beyond which only extents a reader needs now start (one
+     * marked first, one a reader waits for or polled lately); 0: none (the budget only).
+     * Readers that move together need the fetch a few objects ahead, not the whole budget:
+     * every byte held is memory touched, which a VM's host may back only at first touch. */
+    uint64_t ahead_bytes;
     unsigned max_gets;          /* GETs in flight at most; 0: 8 */
     uint32_t merge_gap_bytes;   /* ranges closer than this are fetched as one */
     uint32_t gate_ms;           /* fetch_gate's bound; 0: FETCH_GATE_MS */

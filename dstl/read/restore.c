@@ -429,6 +429,7 @@ static int start_fetching(dstl_restore *p)
     if (rc < 0) return rc;
     read_cache *c = cache_get(p->s);
     fetch_opts fo = {.cli = cli, .budget_bytes = p->s->conf.cache_max_size_bytes,
+                     .ahead_bytes = p->s->conf.recovery_read_ahead_bytes,
                      .max_gets = p->s->conf.recovery_connections, .merge_gap_bytes = SEGREAD_MERGE_GAP_BYTES,
                      .gate_ms = p->s->seams.restore_gate_ms,
                      .reserve = c ? cache_reserve_hook : NULL, .unreserve = c ? cache_unreserve_hook : NULL,
