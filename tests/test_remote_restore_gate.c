@@ -257,8 +257,8 @@ typedef struct {
 } first_read;
 
 /* The reading storage (its own dir), whose S3 requests all go through the gate G; with key
- * (not NULL) set to val. */
-static dstl_storage *open_through_gate_with(const char *key, const char *val)
+ * (not NULL) set to val, and key2 (not NULL) to val2. */
+static dstl_storage *open_through_gate_with2(const char *key, const char *val, const char *key2, const char *val2)
 {
     char ep[64];
     snprintf(ep, sizeof ep, "http://127.0.0.1:%d", G.port);
@@ -266,10 +266,16 @@ static dstl_storage *open_through_gate_with(const char *key, const char *val)
     t_remote_set_s3(&fx, c);
     cr_assert_eq(dstl_config_set(c, "dstl.s3.endpoint", ep), 0);
     if (key) cr_assert_eq(dstl_config_set(c, key, val), 0, "%s", dstl_last_error());
+    if (key2) cr_assert_eq(dstl_config_set(c, key2, val2), 0, "%s: %s", key2, dstl_last_error());
     dstl_storage *s = NULL;
     cr_assert_eq(dstl_storage_open(c, &s), 0, "%s", dstl_last_error());
     dstl_config_free(c);
     return s;
+}
+
+static dstl_storage *open_through_gate_with(const char *key, const char *val)
+{
+    return open_through_gate_with2(key, val, NULL, NULL);
 }
 
 static dstl_storage *open_through_gate(void) { return open_through_gate_with(NULL, NULL); }
@@ -650,6 +656,76 @@ Test(remote_restore_gate, a_reader_that_only_tries_neither_blocks_nor_reorders_t
     for (int k = 1; k < n; k++)
         cr_assert_gt(order[k], order[k - 1], "writer %d's object after writer %d's (in order: %d %d %d %d %d %d)",
                      order[k], order[k - 1], order[0], order[1], order[2], order[3], order[4], order[5]);
+    for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
+}
+
+/* A thread that tries its reader, then sleeps in dstl_restore_wait without a timeout until
+ * it has a record or the reader ends. */
+typedef struct {
+    dstl_restore *p;
+    dstl_reader *r;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic int asleep;         /* tried in vain once, now waiting */
+    int done, rc;
+    uint64_t got;
+} try_wait;
+
+static void *try_then_wait(void *arg)
+{
+    try_wait *tw = arg;
+    uint64_t seen = 0;
+    dstl_record rec;
+    int rc;
+    (void)dstl_restore_wait(tw->p, &seen, 0);               /* the thread's count, once */
+    while ((rc = dstl_reader_try_next(tw->r, &rec)) == -EAGAIN) {
+        atomic_store(&tw->asleep, 1);
+        if (dstl_restore_wait(tw->p, &seen, -1) < 0) break;
+    }
+    uint64_t got = rc == 1;
+    while (rc == 1 || rc == -EAGAIN) {
+        if (rc == -EAGAIN && dstl_restore_wait(tw->p, &seen, -1) < 0) break;
+        if ((rc = dstl_reader_try_next(tw->r, &rec)) == 1) got++;
+    }
+    pthread_mutex_lock(&tw->mu);
+    tw->rc = rc;
+    tw->got = got;
+    tw->done = 1;
+    pthread_cond_signal(&tw->cv);
+    pthread_mutex_unlock(&tw->mu);
+    return NULL;
+}
+
+Test(remote_restore_gate, a_thread_that_tried_and_sleeps_without_a_timeout_is_woken_however_long_the_gets_before_took)
+{
+    /* One GET at a time, a read-ahead window far below one object: the last entry's reader
+     * tries (its object is queued behind the window) and its thread sleeps in
+     * dstl_restore_wait with no timeout, while the first GET is held at the gate for 1.5 s.
+     * When it completes nothing is in flight, and the tried-for object goes next: the
+     * thread's interest lasts until it is told, not for a while. (It lasted a second: the
+     * window then held the object back for good, and the thread slept forever.) */
+    enum { NO = 6 };
+    dstl_handle *h[NO];
+    write_snaps(h, NO);
+    dstl_storage *s = open_through_gate_with2("dstl.recovery.connections", "1", "dstl.recovery.read-ahead", "1kb");
+    dstl_restore *p = plan_first_get_held(s, h, NO);
+    try_wait tw = {.p = p, .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    cr_assert_eq(dstl_restore_reader_open(p, NO - 1, 0, &tw.r), 0, "%s", dstl_last_error());
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, try_then_wait, &tw), 0);
+    for (int i = 0; i < 10000 && !atomic_load(&tw.asleep); i++) usleep(1000);
+    cr_assert(atomic_load(&tw.asleep), "the reader's try did not find its bytes missing with every answer held");
+    usleep(1500000);                                        /* the first GET held for 1.5 s */
+    gate_set(&G, 0);
+    int woke = wait_done(&tw.mu, &tw.cv, &tw.done, 30);
+    cr_assert(woke, "the thread that tried was never woken (its object stayed behind the window)");
+    pthread_join(t, NULL);
+    cr_assert_eq(tw.rc, 0, "%s", dstl_last_error());
+    cr_assert_eq(tw.got, 16);
+    dstl_reader_close(tw.r);
+    read_entries(p, NO - 1, 16);                            /* the others, waiting as they go */
+    cr_assert_eq(dstl_restore_close(p), 0, "%s", dstl_last_error());
+    cr_assert_eq(dstl_storage_close(s), 0, "%s", dstl_last_error());
     for (uint32_t i = 0; i < NO; i++) dstl_handle_free(h[i]);
 }
 

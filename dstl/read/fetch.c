@@ -39,10 +39,6 @@
  * them themselves) instead of waiting for releases that may never come. Long enough for a
  * reader busy with held bytes to finish a piece (a few ms), short beside a restore. */
 #define FETCH_STUCK_MS 50u
-/* A poll (fetch_poll) says a reader needs an extent for this long: a thread polling many
- * readers comes back to each within a few ms, or sleeps in fetch_wait_progress, which a stuck
- * set's give-up (unstick, after FETCH_STUCK_MS) wakes. */
-#define FETCH_POLL_FRESH_MS 1000u
 /* The thread's longest sleep: it is woken for work (s3_client_wakeup); this only paces the
  * stuck check above. */
 #define FETCH_TICK_MS 20
@@ -278,10 +274,13 @@ static int64_t extent_rank(const object *ob, const extent *x)
     return x->waiters ? ob->prio - INT64_MAX / 8 : ob->prio;
 }
 
-/* Whether a reader needs x now: one waits for it, or polled for it (fetch_poll) lately. */
-static int needed_now(const extent *x, uint64_t now)
+/* Whether a reader needs x now: one waits for it, or polled for it (fetch_poll) and has not
+ * been told of it since. (Not "polled lately": a thread that polled and then slept in
+ * fetch_wait_progress without a timeout, while GETs in flight took longer than "lately", was
+ * never told: its extent stayed behind the read-ahead window, or was never given up.) */
+static int needed_now(const extent *x)
 {
-    return x->waiters || (x->polled_ms && now - x->polled_ms < FETCH_POLL_FRESH_MS);
+    return x->waiters || x->npl;
 }
 
 /* Whether x goes beyond the read-ahead window: a reader waits for it (its thread is idle
@@ -289,14 +288,14 @@ static int needed_now(const extent *x, uint64_t now)
  * past the bytes in: the window would hold them all back). A polled extent otherwise waits
  * its turn: its reader's thread has other readers to serve, and polls spread over most of
  * the queue (at w256, a window of 64 MB held 110-150 MB while polls went beyond it). */
-static int urgent(const fetch_set *f, const extent *x, uint64_t now)
+static int urgent(const fetch_set *f, const extent *x)
 {
-    return x->waiters || (f->inflight == 0 && needed_now(x, now));
+    return x->waiters || (f->inflight == 0 && needed_now(x));
 }
 
-/* The first queued extent in rank order, or NULL; with urgent_only, the first urgent one
- * (now: the time for that). Under mu. */
-static extent *next_queued(fetch_set *f, int urgent_only, uint64_t now)
+/* The first queued extent in rank order, or NULL; with urgent_only, the first urgent one.
+ * Under mu. */
+static extent *next_queued(fetch_set *f, int urgent_only)
 {
     extent *best = NULL;
     int64_t br = 0;
@@ -304,7 +303,7 @@ static extent *next_queued(fetch_set *f, int urgent_only, uint64_t now)
         object *ob = &f->objs[i];
         for (size_t k = 0; k < ob->next; k++) {
             extent *x = ob->ext[k];
-            if (x->state != X_QUEUED || (urgent_only && !urgent(f, x, now))) continue;
+            if (x->state != X_QUEUED || (urgent_only && !urgent(f, x))) continue;
             int64_t r = extent_rank(ob, x);
             if (!best || r < br) {
                 best = x;
@@ -329,7 +328,7 @@ static void unstick(fetch_set *f)
     for (size_t i = 0; i < f->nobj; i++)
         for (size_t k = 0; k < f->objs[i].next; k++) {
             extent *x = f->objs[i].ext[k];
-            if (x->state == X_QUEUED && needed_now(x, now)) set_state(x, X_DIRECT);
+            if (x->state == X_QUEUED && needed_now(x)) set_state(x, X_DIRECT);
         }
     f->blocked_since_ms = 0;
 }
@@ -409,14 +408,14 @@ static void admit(fetch_set *f)
     unsigned max = f->o.max_gets ? f->o.max_gets : FETCH_DEFAULT_GETS;
     extent *x;
     uint64_t now = now_ms();
-    while (f->inflight < max && (x = next_queued(f, 0, 0))) {
+    while (f->inflight < max && (x = next_queued(f, 0))) {
         if (!x->first && first_pending(f, now)) return;
         if (x->len > f->o.budget_bytes) {           /* can never be held */
             set_state(x, X_DIRECT);
             continue;
         }
-        if (!x->first && !urgent(f, x, now) && f->o.ahead_bytes && f->held + x->len > f->o.ahead_bytes &&
-            f->held > 0 && !(x = next_queued(f, 1, now)))
+        if (!x->first && !urgent(f, x) && f->o.ahead_bytes && f->held + x->len > f->o.ahead_bytes &&
+            f->held > 0 && !(x = next_queued(f, 1)))
             break;                                  /* far enough ahead: wait for releases */
         if (f->held + x->len > f->o.budget_bytes ||
             (f->o.reserve && !(x->reserved = f->o.reserve(f->o.reserve_ctx, x->len)))) {
@@ -728,7 +727,6 @@ int fetch_poll(fetch_set *f, uint32_t id, uint64_t off, size_t len)
         /* noted before looking again: a hand-over from now on sees it (on_progress), one
          * before, the second look sees (as wait_range does) */
         (void)note_poller(f, x, need);
-        x->polled_ms = now_ms();
         st = range_state(ob, off, end, &x, &need);
         if (st == X_QUEUED && x->state == X_QUEUED) s3_client_wakeup(f->o.cli);   /* the budget may decide */
     }

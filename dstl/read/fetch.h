@@ -70,7 +70,8 @@ typedef struct {
     s3_client *cli;             /* the set's from now on (freed by fetch_free, also on failure) */
     uint64_t budget_bytes;      /* bytes held plus in flight at most; 0: nothing is fetched ahead */
     /* Bytes held plus in flight beyond which only extents a reader needs now start (one
-     * marked first, one a reader waits for or polled lately); 0: none (the budget only).
+     * marked first, one a reader waits for, or one polled for, not yet told of, while nothing
+     * is in flight); 0: none (the budget only).
      * Readers that move together need the fetch a few objects ahead, not the whole budget:
      * every byte held is memory touched, which a VM's host may back only at first touch. */
     uint64_t ahead_bytes;

@@ -65,7 +65,6 @@ typedef struct extent {
     _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
     _Atomic uint64_t poll_need; /* the smallest offset a poller (fetch_poll) found missing and
                                  * has not been told of yet (UINT64_MAX: none) */
-    uint64_t polled_ms;         /* when a poller last found it missing (0: never) */
     poll_interest *pl;          /* the pollers to tell (one entry per token) */
     size_t npl, cap_pl;
     waiter *wl;
