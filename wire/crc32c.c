@@ -4,11 +4,13 @@
  * Why: every byte DSTL stores is covered by a CRC32C, and the segment encoder checksums every
  * persisted byte, so this must run near memory speed. Three implementations, the fastest the
  * CPU has chosen once:
- *   - folding (AVX-512 VPCLMULQDQ), for buffers of 512 bytes and more: four 512-bit
- *     accumulators (sixteen 128-bit lanes) are each multiplied forward over 256 bytes and
- *     added into the next 256 bytes, so the loop has no dependency chain longer than one
- *     multiply; the 256 bytes left and the tail go through the crc32 instruction. On Zen 4
- *     it runs several times the three-lane rate (bench_wire's encode spent 24 % in CRC).
+ *   - folding (AVX-512 VPCLMULQDQ), for buffers of 64 bytes and more: from 512 bytes, four
+ *     512-bit accumulators (sixteen 128-bit lanes) are each multiplied forward over 256 bytes
+ *     and added into the next 256 bytes, so the loop has no dependency chain longer than one
+ *     multiply; the accumulators then fold onto one, 64-byte blocks into it, its lanes onto
+ *     one, all in registers, and the last 16 bytes and the tail go through the crc32
+ *     instruction. On Zen 4 it runs several times the three-lane rate (bench_wire's encode
+ *     spent 24 % in CRC).
  *   - hardware: the SSE4.2 crc32 instruction. It has a latency of 3 cycles and a throughput
  *     of 1 per cycle, so long buffers are cut into three lanes computed in one loop and
  *     joined with a carry-less multiply (PCLMULQDQ) that shifts a CRC over a lane's length.
@@ -198,6 +200,11 @@ static uint32_t crc_hw_3lane(uint32_t c, const uint8_t *p, size_t n)
 
 #define FOLD_BYTES 256u   /* four 512-bit accumulators */
 static uint64_t fold_k_lo, fold_k_hi;   /* x^(64 + 8*FOLD_BYTES - 33), x^(8*FOLD_BYTES - 33) mod P */
+/* The same pair for moving a 128-bit lane forward by 192, 128, 64, 48, 32 and 16 bytes
+ * ([i][0] for the low 8 bytes, [i][1] for the high), by which the reduction below brings
+ * everything onto one lane. */
+static const unsigned fold_d[6] = {192, 128, 64, 48, 32, 16};
+static uint64_t fold_dk[6][2];
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
 static inline __m512i fold512(__m512i a, __m512i k, __m512i next)
@@ -207,30 +214,64 @@ static inline __m512i fold512(__m512i a, __m512i k, __m512i next)
 }
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
+static inline __m512i fold_k(int i)
+{
+    return _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_dk[i][1], (long long)fold_dk[i][0]));
+}
+
+/* The CRC (from 0) of the 64 bytes a stands for: its first three 128-bit lanes moved forward
+ * onto the last (by 48, 32 and 16 bytes, one multiply each, side by side), and the crc32
+ * instruction over the 16 bytes that are left. */
+__attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
+static inline uint32_t fold512_crc(__m512i a)
+{
+    __m512i k = _mm512_set_epi64(0, 0, (long long)fold_dk[5][1], (long long)fold_dk[5][0], (long long)fold_dk[4][1],
+                                 (long long)fold_dk[4][0], (long long)fold_dk[3][1], (long long)fold_dk[3][0]);
+    __m512i f = fold512(a, k, _mm512_setzero_si512());            /* lane 3: 0 */
+    f = _mm512_mask_xor_epi64(f, 0xc0, f, a);                     /* lane 3: a's */
+    __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(f), _mm512_extracti64x4_epi64(f, 1));
+    __m128i x = _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    uint64_t c = _mm_crc32_u64(0, (uint64_t)_mm_cvtsi128_si64(x));
+    return (uint32_t)_mm_crc32_u64(c, (uint64_t)_mm_extract_epi64(x, 1));
+}
+
+/* From 64 bytes on. Each call ends in a reduction of a few multiplies (fold512_crc): the
+ * encoder checksums every key-group run on its own, ~1 KiB each at 1,024 writers. Storing the
+ * accumulators and reading them back through the crc32 instruction, as this first did, cost
+ * ~150 ns a call: the 8-byte loads waited for the 64-byte stores (no store forwarding),
+ * 15 x the bytes' own time at 1 KiB (perf/README.md, "CRCs of short runs"). */
+__attribute__((target("avx512f,vpclmulqdq,sse4.2,pclmul")))
 static uint32_t crc_fold512(uint32_t c, const uint8_t *p, size_t n)
 {
-    if (n < 2 * FOLD_BYTES) return crc_hw_3lane(c, p, n);
+    if (n < 64) return crc_hw_1lane(c, p, n);
     /* the register's value enters as the first 4 bytes of the message, added in */
-    __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k_hi, (long long)fold_k_lo));
-    __m512i a0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
-    __m512i a1 = _mm512_loadu_si512(p + 64), a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
-    p += FOLD_BYTES;
-    n -= FOLD_BYTES;
-    while (n >= FOLD_BYTES) {
-        a0 = fold512(a0, k, _mm512_loadu_si512(p));
-        a1 = fold512(a1, k, _mm512_loadu_si512(p + 64));
-        a2 = fold512(a2, k, _mm512_loadu_si512(p + 128));
-        a3 = fold512(a3, k, _mm512_loadu_si512(p + 192));
+    __m512i a = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128((int)c)));
+    if (n >= 2 * FOLD_BYTES) {
+        __m512i k = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k_hi, (long long)fold_k_lo));
+        __m512i a0 = a, a1 = _mm512_loadu_si512(p + 64), a2 = _mm512_loadu_si512(p + 128),
+                a3 = _mm512_loadu_si512(p + 192);
         p += FOLD_BYTES;
         n -= FOLD_BYTES;
+        while (n >= FOLD_BYTES) {
+            a0 = fold512(a0, k, _mm512_loadu_si512(p));
+            a1 = fold512(a1, k, _mm512_loadu_si512(p + 64));
+            a2 = fold512(a2, k, _mm512_loadu_si512(p + 128));
+            a3 = fold512(a3, k, _mm512_loadu_si512(p + 192));
+            p += FOLD_BYTES;
+            n -= FOLD_BYTES;
+        }
+        /* the four onto the last: a0 moves 192 bytes forward, a1 128, a2 64 */
+        __m512i zero = _mm512_setzero_si512();
+        a = _mm512_ternarylogic_epi64(fold512(a0, fold_k(0), a3), fold512(a1, fold_k(1), zero),
+                                      fold512(a2, fold_k(2), zero), 0x96);
+    } else {
+        p += 64;
+        n -= 64;
     }
-    /* The accumulators now stand for everything before p: their CRC, then the tail's. */
-    uint8_t acc[FOLD_BYTES];
-    _mm512_storeu_si512(acc, a0);
-    _mm512_storeu_si512(acc + 64, a1);
-    _mm512_storeu_si512(acc + 128, a2);
-    _mm512_storeu_si512(acc + 192, a3);
-    return crc_hw_3lane(crc_hw_1lane(0, acc, FOLD_BYTES), p, n);
+    /* a stands for everything before p; whole 64-byte blocks fold into it one by one */
+    __m512i k64 = fold_k(2);
+    for (; n >= 64; p += 64, n -= 64) a = fold512(a, k64, _mm512_loadu_si512(p));
+    return crc_hw_1lane(fold512_crc(a), p, n);
 }
 
 #endif
@@ -260,6 +301,10 @@ static void init_once(void)
             have_clmul = 1;
             fold_k_lo = xpow(64 + 8 * (uint64_t)FOLD_BYTES - 33);
             fold_k_hi = xpow(8 * (uint64_t)FOLD_BYTES - 33);
+            for (int i = 0; i < 6; i++) {
+                fold_dk[i][0] = xpow(64 + 8 * (uint64_t)fold_d[i] - 33);
+                fold_dk[i][1] = xpow(8 * (uint64_t)fold_d[i] - 33);
+            }
             if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq"))
                 impl_add("avx512-vpclmulqdq-fold", crc_fold512);
         } else {
