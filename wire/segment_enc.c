@@ -144,6 +144,7 @@ static void put_trailer(uint8_t *t, uint64_t footer_offset, uint32_t footer_len,
 typedef struct {
     sec_plan *plans;
     size_t nplans;
+    plan_slab slab;            /* the plans' slots */
     fpb_section *fsecs;        /* the footer's sections (footer_enc.c) ... */
     fpb_run *fruns;            /* ... and one section's runs at a time (the most any has) */
     int sizing;                /* the footer is being sized: every tag, stored lengths at caps */
@@ -159,6 +160,7 @@ static void enc_tmp_free(enc_tmp *t)
         plan_free(&t->plans[i]);
     }
     free(t->plans);
+    plan_slab_free(&t->slab);
     free(t->fsecs);
     free(t->fruns);
     free(t->kruns);
@@ -621,7 +623,7 @@ int wire_seg_add(wire_seg_builder *b, const wire_section_in *s, wire_err *err)
 {
     if (!b || !s) return wire_fail(err, -EINVAL, "segment builder: NULL argument");
     sec_plan pl = {0};
-    int rc = plan_section(s, b->t.nplans, &pl, err);
+    int rc = plan_section(s, b->t.nplans, &pl, &b->t.slab, err);
     if (rc < 0) {
         plan_free(&pl);
         return rc;
@@ -666,7 +668,7 @@ int wire_segment_encode(const wire_seg_opts *o, const wire_section_in *secs, siz
     rc = b ? 0 : wire_fail(err, -ENOMEM, "segment encode: out of memory");
     uint64_t pos = WIRE_SEG_HEADER_LEN, runs = 0;
     for (size_t i = 0; rc == 0 && i < nsecs; i++) {
-        if ((rc = plan_section(&secs[i], i, &plans[i], err)) < 0 ||
+        if ((rc = plan_section(&secs[i], i, &plans[i], &b->t.slab, err)) < 0 ||
             (rc = check_section(b, &secs[i], &plans[i], i, err)) < 0)
             break;
         if (ensure_runs(b, runs, plans[i].nruns, 0) < 0) {

@@ -244,7 +244,42 @@ static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
 /* The plan from the writer's tally instead of a scan: a slot for each of the tally's non-empty
  * key groups, the map over their range, then the meta slot. What it cannot know yet (that the
  * records are whole and match it) the copy checks. */
-static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
+struct plan_slab_block {
+    plan_slab_block *next;
+    size_t used, cap;
+    _Alignas(16) uint8_t data[];
+};
+
+enum { PLAN_SLAB_BLOCK = 64 << 10 };
+
+/* n zeroed bytes from sl (16-byte aligned), or NULL when memory runs out. */
+static void *slab_zalloc(plan_slab *sl, size_t n)
+{
+    n = (n + 15) & ~(size_t)15;
+    plan_slab_block *b = sl->head;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > PLAN_SLAB_BLOCK ? n : PLAN_SLAB_BLOCK;
+        if (!(b = malloc(sizeof *b + cap))) return NULL;
+        b->used = 0;
+        b->cap = cap;
+        b->next = sl->head;
+        sl->head = b;
+    }
+    void *p = b->data + b->used;
+    b->used += n;
+    return memset(p, 0, n);
+}
+
+void plan_slab_free(plan_slab *sl)
+{
+    while (sl->head) {
+        plan_slab_block *b = sl->head;
+        sl->head = b->next;
+        free(b);
+    }
+}
+
+static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, plan_slab *sl, wire_err *err)
 {
     int rc = check_section_in(s, si, err);
     if (rc < 0) return rc;
@@ -271,7 +306,9 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wi
     pl->data_bytes = t->payload_bytes;
     pl->range = pl->ndata ? (size_t)(hi - lo) + 1 : 0;
     pl->nslots = nkg + 1;
-    if (!(pl->slots = calloc(1, slots_block(pl->nslots, pl->range)))) return -ENOMEM;
+    size_t block = slots_block(pl->nslots, pl->range);
+    pl->slots_slab = sl != NULL;
+    if (!(pl->slots = sl ? slab_zalloc(sl, block) : calloc(1, block))) return -ENOMEM;
     pl->map = (uint32_t *)(pl->slots + pl->nslots);
     for (size_t j = 0, n = 0; j < pl->range; j++) {
         const wire_kg_tally *kt = &t->kg[lo + j];
@@ -287,9 +324,9 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, wi
     return 0;
 }
 
-int plan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *err)
+int plan_section(const wire_section_in *s, size_t si, sec_plan *pl, plan_slab *sl, wire_err *err)
 {
-    if (s->tally) return plan_from_tally(s, si, pl, err);
+    if (s->tally) return plan_from_tally(s, si, pl, sl, err);
     scan_count c = {0};
     int rc = scan_section(s, si, pl, &c, err);
     if (rc == 0) rc = plan_slots(s, pl, &c);
@@ -300,5 +337,5 @@ int plan_section(const wire_section_in *s, size_t si, sec_plan *pl, wire_err *er
 void plan_free(sec_plan *pl)
 {
     free(pl->uniq);
-    free(pl->slots);   /* and the map in its block */
+    if (!pl->slots_slab) free(pl->slots);   /* and the map in its block */
 }
