@@ -233,6 +233,7 @@ wire_handle *wire_handle_dup(const wire_handle *h)
     if (!d) return NULL;
     int ok = 1;
     *d = *h;
+    d->packed = 0;              /* its parts are allocated one by one below */
     d->storage_id = dup_str(h->storage_id, &ok);
     d->writer_id = dup_str(h->writer_id, &ok);
     d->remote_uri = dup_str(h->remote_uri, &ok);
@@ -257,6 +258,10 @@ wire_handle *wire_handle_dup(const wire_handle *h)
 void wire_handle_free(wire_handle *h)
 {
     if (!h) return;
+    if (h->packed) {
+        free(h);
+        return;
+    }
     free(h->storage_id);
     free(h->writer_id);
     free(h->remote_uri);

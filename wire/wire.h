@@ -363,6 +363,8 @@ typedef struct {
     size_t nsegs;
     wire_piece *pieces;       /* in seq order, contiguous from from_seq to to_seq */
     size_t npieces;
+    int packed;               /* one allocation: the struct, its arrays and strings (a
+                               * storage's own handles); wire_handle_free frees it whole */
 } wire_handle;
 
 /* Bytes: magic, version, protobuf, CRC32C (FORMAT.md). malloc'd into *buf. */
