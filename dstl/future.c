@@ -277,6 +277,13 @@ static void pass_wakes(dstl_future *f)
 
 /* Futures signalled in one tree at most: a longer list is signalled in several. */
 enum { WAKE_TREE_MAX = 64 };
+/* Fewer sleepers than this are woken by this thread, one by one: each hop of the tree is a
+ * woken thread's scheduling latency (tens of us on a VM whose other core is idle), and at
+ * light load (bench_local light: 16 writers on 8 threads, ~8 sleepers a batch) the three hops
+ * of eight cost more than eight wakes from here. Eleven alternating 4 s pairs: persist p99
+ * 11.0-12.1 ms (median 11.6) against 11.6-15.8 (median 12.0); commits (~32 sleepers a
+ * segment, still a tree) and the w1024 load unchanged within their noise. */
+enum { WAKE_TREE_MIN = 16 };
 
 /* Marks up to WAKE_TREE_MAX futures of to_signal done and wakes their sleepers, the wake-ups
  * spread over the woken threads: the futures with a sleeper form a binary tree (node i's
@@ -284,7 +291,8 @@ enum { WAKE_TREE_MAX = 64 };
  * children (pass_wakes), so this thread wakes one and the tree is awake after log2(n) rounds.
  * Measured (bench_local commits, 64 committers, persist-delay 0): the pipeline thread spent a
  * third of its cycles in try_to_wake_up, waking the ~40 committers of every segment one by
- * one, while it is the one thread every commit goes through.
+ * one, while it is the one thread every commit goes through. Below WAKE_TREE_MIN sleepers
+ * this thread wakes them all itself.
  *
  * No sleeper is ever left asleep on a done future: a node's `done` and its children are set
  * together under its mutex, before anyone is woken, so the waiter that sees done also sees
@@ -314,7 +322,7 @@ static void signal_some(void)
             f->deferred_next = deferred;
             deferred = f;
         }
-        hands_on[i] = in_tree && f->nblocked > 0;
+        hands_on[i] = in_tree && nn >= WAKE_TREE_MIN && f->nblocked > 0;
         if (hands_on[i]) {
             /* the children's references (to_signal's) go with them */
             f->wake_next[0] = 2 * i + 1 < nn ? n[2 * i + 1] : NULL;

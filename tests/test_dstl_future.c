@@ -303,10 +303,11 @@ Test(dstl_future, results_are_independent_handles_freed_in_any_order)
 }
 
 /* The pipeline wakes one sleeper of a batch and each woken sleeper wakes two more
- * (future.c, signal_some): every sleeper of every batch must still wake. One batch per round
- * holds 48 writers' persists; their futures are slept on by one thread each, by two threads,
- * in timed waits that keep expiring (a node whose sleeper leaves between the pipeline's two
- * looks), or by nobody (freed while pending, or never waited on). */
+ * (future.c, signal_some), or, below WAKE_TREE_MIN sleepers, wakes them all itself: every
+ * sleeper of every batch must still wake, either way. One batch per round holds 48 (or 6)
+ * writers' persists; their futures are slept on by one thread each, by two threads, in timed
+ * waits that keep expiring (a node whose sleeper leaves between the pipeline's two looks), or
+ * by nobody (freed while pending, or never waited on). */
 enum { WT_WRITERS = 48, WT_ROUNDS = 12 };
 
 typedef struct {
@@ -331,11 +332,11 @@ static void *sleep_on(void *arg)
     return NULL;
 }
 
-Test(dstl_future, every_sleeper_of_a_batch_wakes_though_the_wakes_are_handed_on)
+static void every_sleeper_wakes(int nw)
 {
     dstl_storage *s = t_storage_open(dir, "dstl.batch.persist-delay", "30ms", NULL);
     dstl_writer *w[WT_WRITERS];
-    for (int i = 0; i < WT_WRITERS; i++) {
+    for (int i = 0; i < nw; i++) {
         char id[16];
         snprintf(id, sizeof id, "w%d", i);
         cr_assert_eq(dstl_writer_open(s, id, 0, 7, &w[i]), 0);
@@ -346,7 +347,7 @@ Test(dstl_future, every_sleeper_of_a_batch_wakes_though_the_wakes_are_handed_on)
         pthread_t th[WT_WRITERS * 2];
         int nz = 0;
         atomic_int woke = 0;
-        for (int i = 0; i < WT_WRITERS; i++) {
+        for (int i = 0; i < nw; i++) {
             t_append_n(w[i], (uint32_t)i + 1, 3, 0, 8, 100);
             cr_assert_eq(dstl_persist(w[i], 0, (uint64_t)round + 1, &f[i]), 0, "%s", dstl_last_error());
             int kind = (i + round) % 6;          /* 0-1 one sleeper, 2 two, 3 timed, 4 freed, 5 none */
@@ -369,12 +370,16 @@ Test(dstl_future, every_sleeper_of_a_batch_wakes_though_the_wakes_are_handed_on)
             pthread_join(th[k], NULL);
             cr_expect_eq(z[k].err, 0, "round %d: sleeper %d: %d", round, k, z[k].err);
         }
-        for (int i = 0; i < WT_WRITERS; i++) {
+        for (int i = 0; i < nw; i++) {
             if (!f[i]) continue;
             cr_expect(dstl_future_done(f[i]), "round %d: writer %d not done", round, i);
             dstl_future_free(f[i]);
         }
     }
-    for (int i = 0; i < WT_WRITERS; i++) dstl_writer_close(w[i]);
+    for (int i = 0; i < nw; i++) dstl_writer_close(w[i]);
     cr_assert_eq(dstl_storage_close(s), 0);
 }
+
+Test(dstl_future, every_sleeper_of_a_batch_wakes_though_the_wakes_are_handed_on) { every_sleeper_wakes(WT_WRITERS); }
+
+Test(dstl_future, every_sleeper_of_a_small_batch_wakes_from_the_pipeline) { every_sleeper_wakes(6); }
