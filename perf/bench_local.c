@@ -288,6 +288,7 @@ static int bench_load(const char *dir, int nwriters, double seconds, int light)
     printf("local.%s.w%d.persist_p50_us %" PRIu64 " us\n", pre, nwriters, st.persist_p50_us);
     if (light) {
         /* exact, from every persist's own timing; the storage's histogram edge beside it */
+        printf("local.%s.w%d.persist_p50_exact_us %" PRIu64 " us\n", pre, nwriters, exact_quantile(jobs, nthreads, 0.5));
         printf("local.%s.w%d.persist_p99_us %" PRIu64 " us\n", pre, nwriters, exact_quantile(jobs, nthreads, 0.99));
         printf("local.%s.w%d.persist_p99_hist_us %" PRIu64 " us\n", pre, nwriters, st.persist_p99_us);
     } else {
