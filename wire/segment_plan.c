@@ -241,9 +241,7 @@ static int plan_slots(const wire_section_in *s, sec_plan *pl, scan_count *c)
     return 0;
 }
 
-/* The plan from the writer's tally instead of a scan: a slot for each of the tally's non-empty
- * key groups, the map over their range, then the meta slot. What it cannot know yet (that the
- * records are whole and match it) the copy checks. */
+/* A slab's block: its bytes follow the header. */
 struct plan_slab_block {
     plan_slab_block *next;
     size_t used, cap;
@@ -279,6 +277,9 @@ void plan_slab_free(plan_slab *sl)
     }
 }
 
+/* The plan from the writer's tally instead of a scan: a slot for each of the tally's non-empty
+ * key groups, the map over their range, then the meta slot. What it cannot know yet (that the
+ * records are whole and match it) the copy checks. */
 static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, plan_slab *sl, wire_err *err)
 {
     int rc = check_section_in(s, si, err);
