@@ -52,6 +52,11 @@
 #define RESERVE_LOW 8u
 #define RESERVE_HIGH 32u
 
+/* Spare files (remove_local): only segments up to SPARE_FILE_MAX bytes, whose directory write
+ * is a large part of their fdatasync, and at most SPARE_BYTES_MAX in all stay on disk so. */
+#define SPARE_FILE_MAX (1ull << 20)
+#define SPARE_BYTES_MAX (32ull << 20)
+
 /* With persist-delay 0, a batch flushes while fewer than this many segments are being
  * written: 1 is the leader/follower group commit. Measured here (64 committers, ext4 on a
  * 2-core VM): 1 gives ~29,700 commits/s, 2 ~27,500, 3 ~24,000 — overlapping fdatasyncs on
@@ -95,6 +100,38 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
     return 0;
 }
 
+/* Local segment writes accepted and not yet called back, read now: a completion that ran in
+ * this turn's segstore_poll must count at once, or group commit would wait for a write that
+ * is over, with nothing left to wake the loop (the open batch would never flush). */
+static unsigned local_writes_in_flight(const dstl_storage *s)
+{
+    struct segstore_stats st;
+    segstore_stats(s->store, &st);
+    return st.inflight;
+}
+
+/* Recycles the newest spare file into name (a reservation); 0, or -1 when none could be. A
+ * spare that cannot be recycled (removed under the store) is unlinked and the next tried. */
+static int spare_recycle(pipeline_loop *loop, const char *name)
+{
+    while (loop->n_spare) {
+        pipeline_spare *p = &loop->spare[--loop->n_spare];
+        loop->spare_bytes -= p->size;
+        if (segstore_recycle(loop->s->store, p->name, name) == 0) return 0;
+        (void)segstore_unlink(loop->s->store, p->name);
+    }
+    return -1;
+}
+
+/* The storage has been idle for a while, or closes: the spare files go. DURABILITY: like every
+ * unlink, durable with the store's next directory fsync (segstore_close makes one); a crash
+ * before it may bring the files back as orphans for gc. */
+static void spares_unlink(pipeline_loop *loop)
+{
+    while (loop->n_spare) (void)segstore_unlink(loop->s->store, loop->spare[--loop->n_spare].name);
+    loop->spare_bytes = 0;
+}
+
 static void reserve_ahead(pipeline_loop *loop)
 {
     dstl_storage *s = loop->s;
@@ -106,7 +143,8 @@ static void reserve_ahead(pipeline_loop *loop)
         while (loop->reserved_upto < next + RESERVE_HIGH) {
             char name[64];
             segment_name_format(s->run_id, loop->reserved_upto, name, sizeof name);
-            if (segstore_reserve(s->store, name) < 0) break;   /* the write creates it then */
+            if (spare_recycle(loop, name) < 0 && segstore_reserve(s->store, name) < 0)
+                break; /* the write creates it then */
             loop->reserved_upto++;
         }
     }
@@ -135,24 +173,45 @@ static void on_remote_deleted(void *ctx, const s3_result *r)
     free(d);
 }
 
-/* Removes the local file of a deleted segment: recycled into the next name to reserve while
- * fewer than RESERVE_HIGH are reserved ahead (no inode to create for that segment, none to
- * free for this one), else unlinked. 0 or -ENOENT when it is gone, else -errno. */
-static int remove_local(pipeline_loop *loop, const char *name, uint64_t next)
+/* Removes the local file of a deleted segment g.
+ *
+ * While segments are being written, a small one's file is kept as a spare (within SPARE_MAX
+ * files and SPARE_BYTES_MAX bytes) for reserve_ahead to recycle with the next group of names.
+ * The directory then changes in groups, once per ~RESERVE_HIGH segments, not once per segment.
+ * That matters on ext4 without a journal: a file given a new name (created or recycled) makes
+ * its first fsync write its directory too when the directory is dirty. A rename per deletion
+ * kept it dirty, so every segment's fdatasync wrote a directory block: ~100 us more per
+ * segment here (perf/README.md, "Spare files"). Spares go when the storage has been idle for
+ * CHUNK_POOL_IDLE_NS (idle_trim) or closes.
+ *
+ * Otherwise the file is recycled into the next name to reserve while fewer than RESERVE_HIGH
+ * are reserved ahead (no inode to create for that segment, none to free for this one), else
+ * unlinked. 0 or -ENOENT when it is gone (or kept as a spare), else -errno. */
+static int remove_local(pipeline_loop *loop, const run_segment *g, uint64_t next)
 {
     dstl_storage *s = loop->s;
     if (loop->reserved_upto && loop->reserved_upto < next) loop->reserved_upto = next;
+    if (loop->reserved_upto && g->has_local && g->size <= SPARE_FILE_MAX && loop->n_spare < SPARE_MAX &&
+        loop->spare_bytes + g->size <= SPARE_BYTES_MAX && (loop->open || local_writes_in_flight(s))) {
+        /* DURABILITY: nothing refers to the segment any more; its file stays under its own name
+         * until recycled or unlinked. A crash leaves it as an orphan for gc. */
+        pipeline_spare *p = &loop->spare[loop->n_spare++];
+        snprintf(p->name, sizeof p->name, "%s", g->name);
+        p->size = g->size;
+        loop->spare_bytes += g->size;
+        return 0;
+    }
     if (loop->reserved_upto && loop->reserved_upto < next + RESERVE_HIGH) {
         char to[64];
         segment_name_format(s->run_id, loop->reserved_upto, to, sizeof to);
-        if (segstore_recycle(s->store, name, to) == 0) {
+        if (segstore_recycle(s->store, g->name, to) == 0) {
             loop->reserved_upto++;
             return 0;
         }
     }
     /* DURABILITY: the unlink becomes durable with the store's next directory fsync; a crash
      * before it may bring the file back as an orphan that dstl gc removes. */
-    return segstore_unlink(s->store, name);
+    return segstore_unlink(s->store, g->name);
 }
 
 /* Deletes segments nobody references any more (their counts reached zero under s->mu):
@@ -175,7 +234,7 @@ static void run_deletes(pipeline_loop *loop)
             later = g;
             continue;
         }
-        int rc = remove_local(loop, g->name, next_no);
+        int rc = remove_local(loop, g, next_no);
         if (g->has_remote) {
             if (!d && (d = calloc(1, sizeof *d))) d->s = s;
             char key[640], **k = d ? realloc(d->keys, (d->n + 1) * sizeof *d->keys) : NULL;
@@ -263,16 +322,6 @@ static void remote_tick(pipeline_loop *loop)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Local segment writes accepted and not yet called back, read now: a completion that ran in
- * this turn's segstore_poll must count at once, or group commit would wait for a write that
- * is over, with nothing left to wake the loop (the open batch would never flush). */
-static unsigned local_writes_in_flight(const dstl_storage *s)
-{
-    struct segstore_stats st;
-    segstore_stats(s->store, &st);
-    return st.inflight;
-}
-
 static int flush_due(const pipeline_loop *loop, int closing, uint64_t now)
 {
     const dstl_storage *s = loop->s;
@@ -322,8 +371,10 @@ static int wait_for_work(pipeline_loop *loop)
         timeout_ms = (int)((wait_ns + 999999) / 1000000);
     }
     if (*s->conf.metrics_file && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-    if (loop->idle_since_ns && (chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN || pool_kept_bytes(&loop->pool))) {
-        /* idle: wake to trim the chunk pool and the free segment buffers (idle_trim) */
+    if (loop->idle_since_ns &&
+        (chunk_pool_bytes(&s->chunks) > CHUNK_POOL_MIN || pool_kept_bytes(&loop->pool) || loop->n_spare)) {
+        /* idle: wake to trim the chunk pool and the free segment buffers, and to unlink the
+         * spare files (idle_trim) */
         uint64_t due = loop->idle_since_ns + CHUNK_POOL_IDLE_NS, now = now_ns();
         int ms = due <= now ? 0 : (int)((due - now + 999999) / 1000000);
         if (timeout_ms < 0 || ms < timeout_ms) {
@@ -416,6 +467,7 @@ static void idle_trim(pipeline_loop *loop)
     else if (now - loop->idle_since_ns >= CHUNK_POOL_IDLE_NS) {
         chunk_pool_trim(&loop->s->chunks, CHUNK_POOL_MIN);
         pool_trim(&loop->pool);
+        spares_unlink(loop);
     }
 }
 
@@ -475,6 +527,7 @@ static void *pipeline_main(void *arg)
         atomic_store_explicit(&s->rd.seg_buffers_idle, pool_kept_bytes(&loop.pool), memory_order_relaxed);
         if (closing && drained(&loop)) break;
     }
+    spares_unlink(&loop);
     future_run_callbacks();
     /* The run's final totals, so the file does not stop up to a second short of them. */
     if (*s->conf.metrics_file) metrics_write_file(s);

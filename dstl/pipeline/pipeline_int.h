@@ -138,6 +138,14 @@ typedef struct {
     lease_written_fn *written;  /* called after every write (the loop's batches wait on it) */
 } lease_state;
 
+/* Deleted segments' local files kept for the next reservations (loop.c, "spares"). */
+#define SPARE_MAX 64u
+
+typedef struct pipeline_spare {
+    char name[64];
+    uint64_t size;
+} pipeline_spare;
+
 typedef struct pipeline_loop {
     dstl_storage *s;
     buf_pool pool;
@@ -145,6 +153,9 @@ typedef struct pipeline_loop {
     batch *open;
     batch *inflight_list;       /* flushed, some copy still being written */
     uint64_t reserved_upto;     /* segment numbers below this are reserved or used */
+    pipeline_spare spare[SPARE_MAX]; /* deleted, their files waiting to be recycled */
+    unsigned n_spare;
+    uint64_t spare_bytes;
     uint64_t idle_since_ns;     /* nothing open or in flight since (0: busy); chunk pool trim */
     uint32_t build_adds;        /* sections added to built segments (seams.fail_build_add) */
 } pipeline_loop;
