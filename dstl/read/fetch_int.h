@@ -119,6 +119,7 @@ struct fetch_set {
     int ready_set;              /* fetch_on_first_ready was called (once per set) */
     fetch_stats st;
     poll_token *tokens;         /* the threads that polled */
+    uint64_t gen;               /* unique per set: a thread's cached token names it (my_token) */
     /* the client's response bytes as of the last hand-over to readers (on_progress, the set's
      * thread): stored before the extent's got, so bytes_fetched never lags bytes delivered */
     _Atomic uint64_t bytes_in;
