@@ -536,8 +536,13 @@ static void job_start(dstl_reader *r, job *j, size_t piece, int src, uint64_t fr
     if (j->remote) {
         if (r->plan) j->pobj = restore_object(r->plan, r->pe, r->ph, r->wh->pieces[piece].seg);
         if (remote_ready(r, j) < 0) return;
-        int n = snprintf(j->where, sizeof j->where, "s3://%s/", r->loc.bucket);
-        if (remote_key(&r->loc, g->name, j->where + n, sizeof j->where - (size_t)n) < 0) {
+        size_t n = strlen(r->loc.bucket) + 6;    /* "s3://" bucket "/", by hand (remote_key) */
+        if (n < sizeof j->where) {
+            memcpy(j->where, "s3://", 5);
+            memcpy(j->where + 5, r->loc.bucket, n - 6);
+            j->where[n - 1] = '/';
+        }
+        if (n >= sizeof j->where || remote_key(&r->loc, g->name, j->where + n, sizeof j->where - n) < 0) {
             job_fail(j, -ENAMETOOLONG, "segment %s: object key too long", g->name);
             return;
         }

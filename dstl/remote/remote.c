@@ -47,11 +47,27 @@ static unsigned name_hash(const char *s)
     return (h ^ (h >> 16)) & 0xff;
 }
 
+/* "[prefix/]hh/name", by hand: a restore makes one per piece it reads (~25 K at 1,024
+ * writers), and snprintf was ~3 % of its CPU. */
 int remote_key(const remote_loc *loc, const char *name, char *buf, size_t cap)
 {
-    int n = *loc->prefix ? snprintf(buf, cap, "%s/%02x/%s", loc->prefix, name_hash(name), name)
-                         : snprintf(buf, cap, "%02x/%s", name_hash(name), name);
-    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+    static const char hex[] = "0123456789abcdef";
+    size_t lp = strlen(loc->prefix), ln = strlen(name), at = 0;
+    if ((lp ? lp + 1 : 0) + 3 + ln >= cap) {
+        if (cap) buf[0] = '\0';
+        return -ENAMETOOLONG;
+    }
+    if (lp) {
+        memcpy(buf, loc->prefix, lp);
+        buf[lp] = '/';
+        at = lp + 1;
+    }
+    unsigned h = name_hash(name);
+    buf[at++] = hex[h >> 4];
+    buf[at++] = hex[h & 15];
+    buf[at++] = '/';
+    memcpy(buf + at, name, ln + 1);
+    return 0;
 }
 
 void remote_list_prefix(const remote_loc *loc, char *buf, size_t cap)
