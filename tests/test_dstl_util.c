@@ -1,10 +1,12 @@
 /*
  * Small components: the u64 hash map (registry), the latency histogram (stats), the
- * pipeline's segment buffer pool, the writers' chunk pool and the restore's arena.
+ * pipeline's segment buffer pool, the writers' chunk pool and the restore's arena; the object
+ * key layout of remote segments.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,6 +15,7 @@
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
 #include "dstl/arena.h"
+#include "dstl/remote/remote.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
 #include "dstl/u64map.h"
@@ -384,4 +387,34 @@ Test(dstl_arena, the_prefault_thread_backs_pages_ahead_of_the_high_water_mark_wi
     cr_assert_eq(st.populated, 0, "an arena below ARENA_PREFAULT_MIN is faulted in by its users only");
     arena_free(a);
     arena_free(small);
+}
+
+/* The layout objects already in buckets are found by: "[prefix/]hh/name", hh the low byte of
+ * the name's folded FNV-1a in lower-case hex. Written by hand (not snprintf) since 2026-12-07. */
+static unsigned fnv_folded(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    return (h ^ (h >> 16)) & 0xff;
+}
+
+Test(dstl_util, remote_keys_keep_their_layout)
+{
+    const char *prefixes[] = {"", "p", "a/b/c"};
+    const char *names[] = {"run1-000000000001.seg", "x", "run-a1b2-000000004096.seg"};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t k = 0; k < 3; k++) {
+            remote_loc loc;
+            memset(&loc, 0, sizeof loc);
+            snprintf(loc.prefix, sizeof loc.prefix, "%s", prefixes[i]);
+            char want[128], got[128];
+            size_t n = (size_t)snprintf(want, sizeof want, "%s%s%02x/%s", prefixes[i], *prefixes[i] ? "/" : "",
+                                        fnv_folded(names[k]), names[k]);
+            cr_assert_eq(remote_key(&loc, names[k], got, sizeof got), 0);
+            cr_expect_str_eq(got, want);
+            /* exactly the room for the key and its NUL, and one byte less */
+            cr_expect_eq(remote_key(&loc, names[k], got, n + 1), 0);
+            cr_expect_str_eq(got, want);
+            cr_expect_eq(remote_key(&loc, names[k], got, n), -ENAMETOOLONG, "%s in %zu bytes", want, n);
+        }
 }
