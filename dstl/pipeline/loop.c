@@ -248,6 +248,11 @@ static void run_deletes(pipeline_loop *loop)
         reg_deleted(&s->locked.reg, g);
         pthread_mutex_unlock(&s->mu);
     }
+    /* Files recycled while no segment is being written become durable names now, ahead of
+     * the next write: until then the directory is dirty, and that write's fdatasync would
+     * write it (ext4 without a journal: remove_local). At light load the next write came
+     * ~10 ms later with the directory still dirty, every other segment. */
+    if (!loop->open && local_writes_in_flight(s) == 0) segstore_sync_reserved(s->store);
     if (later) {
         pthread_mutex_lock(&s->mu);
         for (run_segment *g = later, *next; g; g = next) {
