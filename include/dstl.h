@@ -496,7 +496,10 @@ typedef struct {
     uint64_t persists, persist_failures;
     uint64_t segments_written, segment_bytes;          /* one segment per flushed batch */
     uint64_t remote_requests, remote_retries, remote_failures, hedged_attempts;
-    uint64_t segments_deleted;
+    uint64_t segments_deleted;                         /* unreferenced, so deleted; while segments
+                                                          are being written, a small one's local
+                                                          file may wait (at most ~1 s idle) to be
+                                                          reused for a later segment */
     uint64_t in_flight_bytes, queued_persists;         /* gauges, now: bytes counted against
                                                           dstl.upload.max-in-flight; hand-offs
                                                           waiting for their batch to be written */
