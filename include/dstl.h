@@ -498,8 +498,8 @@ typedef struct {
     uint64_t remote_requests, remote_retries, remote_failures, hedged_attempts;
     uint64_t segments_deleted;                         /* unreferenced, so deleted; while segments
                                                           are being written, a small one's local
-                                                          file may wait (at most ~1 s idle) to be
-                                                          reused for a later segment */
+                                                          file may stay to be reused for a later
+                                                          segment, until ~1 s idle or close */
     uint64_t in_flight_bytes, queued_persists;         /* gauges, now: bytes counted against
                                                           dstl.upload.max-in-flight; hand-offs
                                                           waiting for their batch to be written */
