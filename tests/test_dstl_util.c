@@ -15,6 +15,7 @@
 #include "dstl/histo.h"
 #include "dstl/pipeline/pipeline_int.h"
 #include "dstl/arena.h"
+#include "dstl/read/fetch.h"
 #include "dstl/remote/remote.h"
 #include "dstl/storage.h"
 #include "dstl/writer.h"
@@ -416,5 +417,46 @@ Test(dstl_util, remote_keys_keep_their_layout)
             cr_expect_eq(remote_key(&loc, names[k], got, n + 1), 0);
             cr_expect_str_eq(got, want);
             cr_expect_eq(remote_key(&loc, names[k], got, n), -ENAMETOOLONG, "%s in %zu bytes", want, n);
+        }
+}
+
+/* fetch_sort_by_off (the restore plan's sort of sections by offset): against a stable
+ * insertion sort, for sizes across the insertion/radix boundary, many equal offsets, offsets
+ * of 1 to 8 bytes, and elements of 16 and 24 bytes. */
+typedef struct {
+    uint64_t off, tag;
+    uint32_t extra;
+} sort_el;
+
+Test(dstl_util, the_plan_sorts_sections_by_offset_stably)
+{
+    uint64_t rnd = 7;
+    static sort_el v[3000], want[3000];
+    static fetch_span sv[3000];
+    const size_t sizes[] = {0, 1, 2, 31, 32, 33, 100, 1024, 3000};
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (int bits = 4; bits <= 64; bits += 20) {
+            size_t n = sizes[si];
+            for (size_t i = 0; i < n; i++) {
+                uint64_t r = t_rand(&rnd);
+                v[i] = (sort_el){bits == 64 ? r : r & ((1ull << bits) - 1), i, (uint32_t)r};
+                sv[i] = (fetch_span){v[i].off, i};
+            }
+            memcpy(want, v, n * sizeof *v);
+            for (size_t i = 1; i < n; i++)      /* the reference: stable by construction */
+                for (size_t j = i; j > 0 && want[j - 1].off > want[j].off; j--) {
+                    sort_el t = want[j];
+                    want[j] = want[j - 1];
+                    want[j - 1] = t;
+                }
+            fetch_sort_by_off(v, n, sizeof *v);
+            fetch_sort_by_off(sv, n, sizeof *sv);
+            for (size_t i = 0; i < n; i++) {
+                cr_assert_eq(v[i].off, want[i].off, "n %zu, %d-bit offsets, at %zu", n, bits, i);
+                cr_assert_eq(v[i].tag, want[i].tag, "n %zu: not stable at %zu", n, i);
+                cr_assert_eq(v[i].extra, want[i].extra);
+                cr_assert_eq(sv[i].off, want[i].off);
+                cr_assert_eq(sv[i].end, want[i].tag, "n %zu: 16-byte elements not stable at %zu", n, i);
+            }
         }
 }

@@ -111,6 +111,10 @@ int fetch_need(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 typedef struct {
     uint64_t off, end;
 } fetch_span;
+/* Sorts n elements of `size` bytes (at most 64) whose first member is a uint64_t offset by it,
+ * stably: a radix sort, since a 1,024-writer plan sorts ~1,000 sections per object and
+ * qsort's comparisons were a fifth of the plan's time. Falls back to qsort without memory. */
+void fetch_sort_by_off(void *v, size_t n, size_t size);
 /* fetch_need of each of s[0..n) (sorted by off, the cheaper commit), under one lock: -EINVAL
  * when one lies outside the object or is empty (none is added then). */
 int fetch_need_spans(fetch_set *f, uint32_t id, const fetch_span *s, size_t n);

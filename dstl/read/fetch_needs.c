@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,10 +67,70 @@ int fetch_need_spans(fetch_set *f, uint32_t id, const fetch_span *s, size_t n)
     return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
 }
 
-static int cmp_pend(const void *a, const void *b)
+static int cmp_off(const void *a, const void *b)
 {
-    const pend_span *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
+    uint64_t x, y;
+    memcpy(&x, a, sizeof x);
+    memcpy(&y, b, sizeof y);
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t off_of(const uint8_t *e)
+{
+    uint64_t k;
+    memcpy(&k, e, sizeof k);
+    return k;
+}
+
+_Static_assert(offsetof(pend_span, off) == 0, "fetch_sort_by_off sorts by the first member");
+_Static_assert(offsetof(fetch_span, off) == 0, "fetch_sort_by_off sorts by the first member");
+
+void fetch_sort_by_off(void *v, size_t n, size_t size)
+{
+    uint8_t *a = v, tmp[64];
+    if (n < 2 || size > sizeof tmp) {
+        if (n >= 2) qsort(v, n, size, cmp_off);
+        return;
+    }
+    if (n < 32) {                               /* insertion sort: stable, and cheap this small */
+        for (size_t i = 1; i < n; i++) {
+            uint64_t k = off_of(a + i * size);
+            size_t j = i;
+            while (j > 0 && off_of(a + (j - 1) * size) > k) j--;
+            if (j == i) continue;
+            memcpy(tmp, a + i * size, size);
+            memmove(a + (j + 1) * size, a + j * size, (i - j) * size);
+            memcpy(a + j * size, tmp, size);
+        }
+        return;
+    }
+    uint8_t *b = malloc(n * size);
+    if (!b) {
+        qsort(v, n, size, cmp_off);
+        return;
+    }
+    uint64_t max = 0;
+    for (size_t i = 0; i < n; i++) max |= off_of(a + i * size);
+    uint8_t *src = a, *dst = b;
+    for (unsigned shift = 0; shift < 64 && (max >> shift); shift += 8) {   /* LSD, a byte a pass */
+        size_t count[256] = {0};
+        for (size_t i = 0; i < n; i++) count[(off_of(src + i * size) >> shift) & 0xff]++;
+        size_t at = 0;
+        for (unsigned d = 0; d < 256; d++) {
+            size_t c = count[d];
+            count[d] = at;
+            at += c;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *e = src + i * size;
+            memcpy(dst + count[(off_of(e) >> shift) & 0xff]++ * size, e, size);
+        }
+        uint8_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a) memcpy(a, src, n * size);
+    free(b);
 }
 
 /* Adds an extent [off, end) to ob, keeping the order. Under mu. */
@@ -158,7 +219,7 @@ int fetch_commit(fetch_set *f, uint32_t id)
     object *ob = &f->objs[id];
     size_t sorted = 1;          /* a plan names an object's sections mostly in offset order */
     while (sorted < ob->npend && ob->pend[sorted - 1].off <= ob->pend[sorted].off) sorted++;
-    if (sorted < ob->npend) qsort(ob->pend, ob->npend, sizeof *ob->pend, cmp_pend);
+    if (sorted < ob->npend) fetch_sort_by_off(ob->pend, ob->npend, sizeof *ob->pend);
     span *mg = malloc((ob->npend ? ob->npend : 1) * sizeof *mg);
     int rc = mg ? 0 : -ENOMEM;
     uint64_t need = 0, have = 0;

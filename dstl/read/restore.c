@@ -188,12 +188,6 @@ static size_t fetched_objects(const dstl_restore *p)
     return n;
 }
 
-static int cmp_span(const void *a, const void *b)
-{
-    const fetch_span *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* The sections entries read whole, grouped by object (v[at[o] .. at[o + 1]), each group sorted
  * by offset: what plan_whole_pieces hands the fetch set and extra_gets weighs, made once per
  * plan. cut[o] is set when some entry cuts one of o's sections. Two passes (count, then place)
@@ -226,7 +220,7 @@ static int object_spans(dstl_restore *p)
     for (size_t o = 0; o < p->nobj; o++) {     /* after placing, at[o + 1] is where o's end */
         size_t a = sp->at[o], b = sp->at[o + 1], k = a + 1;
         while (k < b && sp->v[k - 1].off <= sp->v[k].off) k++;
-        if (k < b) qsort(sp->v + a, b - a, sizeof *sp->v, cmp_span);
+        if (k < b) fetch_sort_by_off(sp->v + a, b - a, sizeof *sp->v);
     }
     return 0;
 }
