@@ -92,14 +92,21 @@ static void close_two(char *dir, dstl_storage *s, dstl_writer *a, dstl_writer *b
     free(dir);
 }
 
+/* A storage whose small deleted segment (a's) waits as a spare; b's segment is written. */
+static dstl_storage *spare_after_busy(const char *dir, dstl_writer **a, dstl_writer **b)
+{
+    dstl_storage *s = open_two(dir, a, b);
+    dstl_future *f = delete_while_busy(dir, s, *a, *b, 20, 200);
+    cr_expect_eq(t_count_segments(dir), 1, "the deleted segment waits as a spare while b's batch is open");
+    wait_b(f);
+    return s;
+}
+
 Test(dstl_spares, a_small_deleted_segment_stays_while_busy_and_goes_once_idle, .timeout = 120)
 {
     char *dir = t_mkdtemp("spares");
     dstl_writer *a, *b;
-    dstl_storage *s = open_two(dir, &a, &b);
-    dstl_future *f = delete_while_busy(dir, s, a, b, 20, 200);
-    cr_expect_eq(t_count_segments(dir), 1, "the deleted segment waits as a spare while b's batch is open");
-    wait_b(f);
+    dstl_storage *s = spare_after_busy(dir, &a, &b);
     /* b's segment is written; then, idle about a second, the spare goes (bounded wait) */
     size_t n = 2;
     for (int i = 0; i < 1000 && (n = t_count_segments(dir)) != 1; i++) usleep(10000);
@@ -111,10 +118,7 @@ Test(dstl_spares, spares_go_when_the_storage_closes, .timeout = 120)
 {
     char *dir = t_mkdtemp("spares");
     dstl_writer *a, *b;
-    dstl_storage *s = open_two(dir, &a, &b);
-    dstl_future *f = delete_while_busy(dir, s, a, b, 20, 200);
-    cr_expect_eq(t_count_segments(dir), 1, "the deleted segment waits as a spare while b's batch is open");
-    wait_b(f);
+    dstl_storage *s = spare_after_busy(dir, &a, &b);
     close_two(dir, s, a, b); /* well within the idle second */
 }
 
