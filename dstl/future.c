@@ -83,14 +83,26 @@ struct dstl_future {
     int failed;                 /* the first failure; errmsg holds its detail */
     future_piece *pieces;
     size_t npieces, cap;
+    /* the first waiter lives here (one per in-flight range: most persists have one), so it
+     * costs no allocation; waiter0_used while it is on a list */
+    future_waiter waiter0;
+    int waiter0_used;
+    /* the registry's record of the handle, made with the future (outside s->mu): the registry
+     * takes it when the future completes */
+    struct live_handle *live;
+    char id_buf[];              /* writer_id points here */
 };
 
 dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t writer_incarnation, uint64_t cp,
                         uint64_t from, uint64_t to)
 {
-    dstl_future *f = calloc(1, sizeof *f);
+    /* one allocation, the id inline: dstl_persist makes this before it takes s->mu */
+    size_t nid = strlen(writer_id) + 1;
+    dstl_future *f = malloc(sizeof *f + nid);
     if (!f) return NULL;
-    if (!(f->writer_id = strdup(writer_id))) {
+    memset(f, 0, sizeof *f);
+    f->writer_id = memcpy(f->id_buf, writer_id, nid);
+    if (!(f->live = reg_live_new(ctx->run_id, writer_id, writer_incarnation, cp, from, to))) {
         free(f);
         return NULL;
     }
@@ -113,9 +125,11 @@ static void future_destroy(dstl_future *f)
     pthread_cond_destroy(&f->done_cv);
     dstl_handle_free(f->handle);
     free(f->pieces);
-    free(f->writer_id);
+    reg_live_free(f->live);
     free(f);
 }
+
+void future_abandon(dstl_future *f) { future_destroy(f); }
 
 static void future_unref(dstl_future *f)
 {
@@ -142,7 +156,8 @@ int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const w
 
 int future_wait_on(dstl_future *f, future_waitlist *wl, uint64_t lo, uint64_t hi)
 {
-    future_waiter *fw = malloc(sizeof *fw);
+    future_waiter *fw = f->waiter0_used ? malloc(sizeof *fw) : &f->waiter0;
+    if (fw == &f->waiter0) f->waiter0_used = 1;
     if (!fw) return err_fail(-ENOMEM, "persist of writer %s: out of memory", f->writer_id);
     *fw = (future_waiter){wl->head, f, lo, hi};
     wl->head = fw;
@@ -373,15 +388,6 @@ void future_run_callbacks(void)
     }
 }
 
-/* Moves the pins into a malloc'd array for the registry (the handle's references). */
-static run_segment **pinned_segments(const dstl_future *f)
-{
-    run_segment **segs = malloc((f->npieces ? f->npieces : 1) * sizeof *segs);
-    if (segs)
-        for (size_t i = 0; i < f->npieces; i++) segs[i] = f->pieces[i].sg;
-    return segs;
-}
-
 /* Ends the future with err (s->mu held). Pins become the live handle's, or are dropped. */
 static void finish(dstl_future *f, int err, const char *detail)
 {
@@ -404,10 +410,18 @@ static void finish(dstl_future *f, int err, const char *detail)
     pthread_mutex_unlock(&f->mu);
     int pins_moved = 0;
     if (err == 0 && !user_gone) {
-        run_segment **segs = pinned_segments(f);
-        if (!segs) err = err_fail(-ENOMEM, "out of memory");
-        else if ((err = reg_live_add(ctx->reg, h->wh, segs, f->npieces)) < 0) free(segs);
-        else pins_moved = 1;
+        run_segment **segs = reg_live_segs(f->live, f->npieces);
+        if (!segs) {
+            err = err_fail(-ENOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < f->npieces; i++) segs[i] = f->pieces[i].sg;
+            if ((err = reg_live_insert(ctx->reg, f->live)) == 0) {
+                f->live = NULL;     /* the registry's now (or freed: an equal one was live) */
+                pins_moved = 1;
+            } else {
+                reg_live_segs(f->live, 0);   /* the pins stay the pieces' and are dropped below */
+            }
+        }
         if (err < 0) {
             dstl_handle_free(h);
             h = NULL;
@@ -465,9 +479,10 @@ void future_section_ended(future_waitlist *wl, int res, const char *detail, run_
             note_failure(f, res, detail);
         }
         f->outstanding--;
+        if (fw == &f->waiter0) f->waiter0_used = 0;
+        else free(fw);
         complete_if_ready(f);
         future_unref(f);        /* the waiter's reference */
-        free(fw);
     }
     wl->head = NULL;
 }

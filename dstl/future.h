@@ -49,6 +49,9 @@ typedef struct future_waitlist {
  * out of memory. */
 dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t writer_incarnation, uint64_t cp,
                         uint64_t from, uint64_t to);
+/* Frees a future from future_new that was never built on (dstl_persist failed before it
+ * was used: no waiter, no piece, nobody else holds it). */
+void future_abandon(dstl_future *f);
 /* Records [lo, hi) are durable in section sec_index of g, at loc: a piece, g pinned. 0 or
  * -ENOMEM. */
 int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const wire_section_loc *loc, uint64_t lo,

@@ -11,6 +11,7 @@
 #define DSTL_PIPELINE_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dstl.h"
 #include "dstl/future.h"
@@ -80,5 +81,16 @@ int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r);
 uint64_t pipeline_enc_reserve(const dstl_storage *s, uint64_t rec_bytes);
 /* Frees a range the pipeline no longer holds (s->mu held), with its retained charge. */
 void range_drop(dstl_storage *s, range *r);
+/* range_drop in two steps, so the frees can wait until s->mu is let go: the retained charge
+ * (s->mu held), then the memory (no lock: the range is nobody's any more). */
+void range_unaccount(dstl_storage *s, range *r);
+void range_free(range *r);
+/* Frees a range's spans (its own span_buf stays) and forgets them. */
+static inline void range_spans_free(range *r)
+{
+    if (r->spans != r->span_buf) free(r->spans);
+    r->spans = NULL;
+    r->nspans = 0;
+}
 
 #endif

@@ -19,9 +19,11 @@
 /* A live (not discarded) handle of this run: what keeps its segments. */
 typedef struct live_handle {
     struct live_handle *next;   /* same identity hash */
-    char *key;
-    run_segment **segs;
+    uint64_t ident;
+    run_segment **segs;         /* &seg1, or malloc'd when more than one */
     size_t nsegs;
+    run_segment *seg1;
+    char key[];                 /* the identity's text */
 } live_handle;
 
 void reg_init(registry *reg, const char *run_id)
@@ -120,23 +122,55 @@ static void key_put_u64(char **p, char *end, uint64_t v)
     while (n && *p < end) *(*p)++ = d[--n];
 }
 
-uint64_t reg_handle_ident(const wire_handle *wh, char **key)
+/* The identity's text at buf (cap 1024): storage \x1f writer \x1f incarnation \x1f checkpoint
+ * \x1f from \x1f to, built by hand (it runs for every persist and discard; snprintf was a
+ * visible share of it); its length in *n, its hash returned. */
+static uint64_t ident_text(const char *storage_id, const char *writer_id, const uint64_t nums[4], char *buf,
+                           size_t *n)
 {
-    /* storage \x1f writer \x1f incarnation \x1f checkpoint \x1f from \x1f to, by hand: this runs
-     * for every persist and discard, under s->mu, and snprintf was a visible share of it */
-    char buf[1024], *p = buf, *end = buf + sizeof buf - 1;
-    const uint64_t nums[4] = {wh->writer_incarnation, wh->checkpoint_id, wh->from_seq, wh->to_seq};
-    key_put_str(&p, end, wh->storage_id);
+    char *p = buf, *end = buf + 1023;
+    key_put_str(&p, end, storage_id);
     key_put_str(&p, end, "\x1f");
-    key_put_str(&p, end, wh->writer_id);
+    key_put_str(&p, end, writer_id);
     for (int i = 0; i < 4; i++) {
         key_put_str(&p, end, "\x1f");
         key_put_u64(&p, end, nums[i]);
     }
     *p = 0;
-    size_t n = (size_t)(p - buf);
+    *n = (size_t)(p - buf);
+    return fnv1a(0xcbf29ce484222325ull, buf, *n);
+}
+
+uint64_t reg_handle_ident(const wire_handle *wh, char **key)
+{
+    char buf[1024];
+    size_t n;
+    const uint64_t nums[4] = {wh->writer_incarnation, wh->checkpoint_id, wh->from_seq, wh->to_seq};
+    uint64_t h = ident_text(wh->storage_id, wh->writer_id, nums, buf, &n);
     if (key) *key = strdup(buf);
-    return fnv1a(0xcbf29ce484222325ull, buf, n);
+    return h;
+}
+
+live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_t incarnation, uint64_t cp,
+                          uint64_t from, uint64_t to)
+{
+    char buf[1024];
+    size_t n;
+    const uint64_t nums[4] = {incarnation, cp, from, to};
+    uint64_t h = ident_text(storage_id, writer_id, nums, buf, &n);
+    live_handle *l = malloc(sizeof *l + n + 1);
+    if (!l) return NULL;
+    *l = (live_handle){.ident = h};
+    memcpy(l->key, buf, n + 1);
+    return l;
+}
+
+run_segment **reg_live_segs(live_handle *l, size_t n)
+{
+    if (l->segs && l->segs != &l->seg1) free(l->segs);
+    l->segs = n <= 1 ? &l->seg1 : malloc(n * sizeof *l->segs);
+    l->nsegs = l->segs ? n : 0;
+    return l->segs;
 }
 
 static live_handle *live_find(registry *reg, uint64_t ident, const char *key)
@@ -146,58 +180,37 @@ static live_handle *live_find(registry *reg, uint64_t ident, const char *key)
     return NULL;
 }
 
-int reg_live_add(registry *reg, const wire_handle *wh, run_segment **segs, size_t n)
+int reg_live_insert(registry *reg, live_handle *l)
 {
-    char *key = NULL;
-    uint64_t ident = reg_handle_ident(wh, &key);
-    if (!key) return err_fail(-ENOMEM, "out of memory");
-    if (live_find(reg, ident, key)) {
+    if (live_find(reg, l->ident, l->key)) {
         /* An equal handle is live already (a repeated persist): it holds the segments. */
-        for (size_t i = 0; i < n; i++) reg_unpin(reg, segs[i]);
-        free(segs);
-        free(key);
+        for (size_t i = 0; i < l->nsegs; i++) reg_unpin(reg, l->segs[i]);
+        reg_live_free(l);
         return 0;
     }
-    live_handle *l = calloc(1, sizeof *l);
-    if (!l) {
-        free(key);
-        return err_fail(-ENOMEM, "out of memory");
-    }
-    l->key = key;
-    l->segs = segs;             /* the pins move here */
-    l->nsegs = n;
-    l->next = u64map_get(&reg->live, ident);
-    if (u64map_put(&reg->live, ident, l) < 0) {
-        free(l);
-        free(key);
-        return err_fail(-ENOMEM, "out of memory");
-    }
+    l->next = u64map_get(&reg->live, l->ident);
+    if (u64map_put(&reg->live, l->ident, l) < 0) return err_fail(-ENOMEM, "out of memory");
     return 0;
 }
 
-static void live_free(live_handle *l)
+void reg_live_free(live_handle *l)
 {
-    free(l->segs);
-    free(l->key);
+    if (!l) return;
+    if (l->segs != &l->seg1) free(l->segs);
     free(l);
 }
 
-int reg_live_discard(registry *reg, const wire_handle *wh)
+live_handle *reg_live_take(registry *reg, uint64_t ident, const char *key)
 {
-    char *key = NULL;
-    uint64_t ident = reg_handle_ident(wh, &key);
-    if (!key) return err_fail(-ENOMEM, "out of memory");
     live_handle *head = u64map_get(&reg->live, ident), **pp = &head;
     while (*pp && strcmp((*pp)->key, key) != 0) pp = &(*pp)->next;
-    free(key);
     live_handle *l = *pp;
-    if (!l) return 0;              /* discarded before, or not this run's: a no-op */
+    if (!l) return NULL;
     *pp = l->next;
     if (head) u64map_put(&reg->live, ident, head);
     else u64map_del(&reg->live, ident);
     for (size_t i = 0; i < l->nsegs; i++) reg_unpin(reg, l->segs[i]);
-    live_free(l);
-    return 0;
+    return l;
 }
 
 void reg_destroy(registry *reg)
@@ -205,7 +218,7 @@ void reg_destroy(registry *reg)
     for (size_t i = u64map_next(&reg->live, 0); i < reg->live.cap; i = u64map_next(&reg->live, i + 1))
         for (live_handle *l = reg->live.vals[i], *next; l; l = next) {
             next = l->next;
-            live_free(l);
+            reg_live_free(l);
         }
     u64map_destroy(&reg->live);
     for (size_t i = u64map_next(&reg->segs, 0); i < reg->segs.cap; i = u64map_next(&reg->segs, i + 1))

@@ -65,14 +65,23 @@ void reg_section_release(registry *reg, run_segment *g);
 void reg_pin(run_segment *g);
 void reg_unpin(registry *reg, run_segment *g);
 
-/* Makes the handle wh live. segs[0..n) are pinned segments (a malloc'd array the registry
- * takes): the pins become the handle's references, or are dropped when an equal handle is
- * live already (a repeated persist). 0 or -ENOMEM (segs is then still the caller's, pins
- * untouched). */
-int reg_live_add(registry *reg, const wire_handle *wh, run_segment **segs, size_t n);
-/* Drops the references of the live handle equal to wh; a no-op when none is (discarded
- * before, or another run's). 0 or -ENOMEM. */
-int reg_live_discard(registry *reg, const wire_handle *wh);
+/* A live handle for the identity (storage, writer, incarnation, checkpoint, from, to) — what
+ * reg_handle_ident gives the handle built for it — not yet in the registry: made before s->mu
+ * is taken (dstl_persist), so the completion under it allocates nothing. NULL when out of
+ * memory. */
+struct live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_t incarnation, uint64_t cp,
+                                 uint64_t from, uint64_t to);
+/* Room in l for its n segments (set nsegs to n): NULL when out of memory. */
+run_segment **reg_live_segs(struct live_handle *l, size_t n);
+/* Makes l live (s->mu held): its segments are pinned, and the pins become its references, or
+ * are dropped — and l freed — when an equal handle is live already (a repeated persist).
+ * 0 (l is the registry's now) or -ENOMEM (l and its pins are still the caller's). */
+int reg_live_insert(registry *reg, struct live_handle *l);
+/* Drops the references of the live handle whose identity is (ident, key) (reg_handle_ident,
+ * made before s->mu is taken) and returns it, to be freed with reg_live_free once s->mu is
+ * let go; NULL when none is live (discarded before, or another run's). */
+struct live_handle *reg_live_take(registry *reg, uint64_t ident, const char *key);
+void reg_live_free(struct live_handle *l);
 
 /* A handle's identity: a hash of (run, writer, writer incarnation, checkpoint, from, to),
  * and with key set, its full text (malloc'd) to tell equal hashes apart. What discard

@@ -196,12 +196,19 @@ int dstl_storage_reload_keys(dstl_storage *s)
 int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
 {
     if (!s || !h) return err_fail(-EINVAL, "dstl_handle_discard: NULL argument");
+    /* the identity is built, and the live handle freed, outside s->mu: every writer thread
+     * and the pipeline contend for it */
+    char *key = NULL;
+    uint64_t ident = reg_handle_ident(h->wh, &key);
+    if (!key) return err_fail(-ENOMEM, "dstl_handle_discard: out of memory");
     pthread_mutex_lock(&s->mu);
-    int rc = reg_live_discard(&s->locked.reg, h->wh);
+    struct live_handle *l = reg_live_take(&s->locked.reg, ident, key);
     int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);
-    return rc;
+    reg_live_free(l);
+    free(key);
+    return 0;
 }
 
 const char *storage_run_id(const dstl_storage *s) { return s->run_id; }

@@ -177,6 +177,7 @@ int dstl_writer_close(dstl_writer *w)
         chunk_put(&s->chunks, c, room);
     }
     free(w->tally);
+    free(w->spare_range);
     free(w->id);
     free(w);
     return 0;
@@ -278,13 +279,15 @@ static wire_section_tally *take_tally(dstl_writer *w, uint64_t payload_bytes)
  * writer thread). */
 static int handoff_tail(dstl_writer *w, range **out)
 {
-    range *r = calloc(1, sizeof *r);
+    range *r = w->spare_range ? w->spare_range : calloc(1, sizeof *r);
     size_t nspans = 0;
     for (chunk *c = w->sent_chunk; c; c = c->next) nspans++;
-    if (!r || !(r->spans = malloc(nspans * sizeof *r->spans))) {
-        free(r);
+    if (r) r->spans = nspans <= 2 ? r->span_buf : malloc(nspans * sizeof *r->spans);
+    if (!r || !r->spans) {
+        if (r != w->spare_range) free(r);
         return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
     }
+    w->spare_range = NULL;
     for (chunk *c = w->sent_chunk; c; c = c->next) {
         size_t off = c == w->sent_chunk ? w->sent_off : 0;
         if (c->used > off) r->spans[r->nspans++] = (wire_span){c->data + off, c->used - off};
@@ -481,18 +484,22 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
     if (from_seq > w->next_seq)
         return err_fail(-EINVAL, "writer %s: persist from %llu is above next seq %llu", w->id,
                         (unsigned long long)from_seq, (unsigned long long)w->next_seq);
+    /* made before s->mu is taken: every writer thread and the pipeline contend for it, and
+     * an allocation under it lengthens everyone's wait */
+    dstl_future *f = future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
+    if (w->sent_seq < w->next_seq && !w->spare_range) w->spare_range = calloc(1, sizeof *w->spare_range);
     pthread_mutex_lock(&s->mu);
     if (from_seq < w->trunc_seq) {
         pthread_mutex_unlock(&s->mu);
+        if (f) future_abandon(f);
         return err_fail(DSTL_ETRUNCATED, "writer %s: persist from %llu is below the truncation point %llu",
                         w->id, (unsigned long long)from_seq, (unsigned long long)w->trunc_seq);
     }
-    int rc = send_ranges(w, from_seq), queued = rc;
-    dstl_future *f = rc < 0 ? NULL : future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
-    if (rc >= 0 && !f) rc = err_fail(-ENOMEM, "dstl_persist: out of memory");
+    int rc = f ? send_ranges(w, from_seq) : err_fail(-ENOMEM, "dstl_persist: out of memory"), queued = rc;
     if (rc < 0) {
         s->locked.stats.persist_failures++;
         pthread_mutex_unlock(&s->mu);
+        if (f) future_abandon(f);
         return rc;
     }
     uint64_t known = 1, size = 0;
@@ -553,6 +560,7 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
         return err_fail(-EINVAL, "writer %s: truncate to %llu is above next seq %llu", w->id,
                         (unsigned long long)to_seq, (unsigned long long)w->next_seq);
     dstl_storage *s = w->s;
+    range *dead = NULL;        /* freed after s->mu is let go */
     pthread_mutex_lock(&s->mu);
     if (to_seq > w->trunc_seq) {
         w->trunc_seq = to_seq;
@@ -572,7 +580,9 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
             *pp = r->next;
             if (w->ranges_tail == r) w->ranges_tail = prev;
             if (r->state == RANGE_DURABLE) reg_section_release(&s->locked.reg, r->seg);
-            range_drop(s, r);
+            range_unaccount(s, r);
+            r->next = dead;
+            dead = r;
         }
         if (w->sent_seq < to_seq) skip_unsent(w, to_seq);
         chunks_release(w);
@@ -580,5 +590,10 @@ int dstl_truncate(dstl_writer *w, uint64_t to_seq)
     int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);
+    while (dead) {
+        range *next = dead->next;
+        range_free(dead);
+        dead = next;
+    }
     return 0;
 }

@@ -102,8 +102,9 @@ typedef struct range {
      * (in_chunks, from the hand-off until its batch is encoded), or in retry_buf (a failed
      * batch's sections decoded back, until they are encoded again). Once encoded, the
      * segment buffer holds them and spans is NULL. */
-    wire_span *spans;
+    wire_span *spans;           /* span_buf when two or fewer (range_spans_free) */
     size_t nspans;
+    wire_span span_buf[2];
     wire_section_tally *tally;  /* with spans from the chunks: the writer's count of them, or NULL */
     int in_chunks;
     uint8_t *retry_buf;
@@ -144,6 +145,8 @@ struct dstl_writer {
      * point the backend read (its materialization point) knows its size exactly. */
     uint64_t mark_seq[8], mark_payload[8];
     unsigned mark_i;
+    /* a range for the next hand-off, allocated by dstl_persist before it takes s->mu */
+    range *spare_range;
 
     /* guarded by s->mu */
     range *ranges, *ranges_tail;

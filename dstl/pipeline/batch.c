@@ -48,18 +48,29 @@ static void drop_truncated(dstl_storage *s, dstl_writer *w, range *r)
     range_drop(s, r);
 }
 
-void range_drop(dstl_storage *s, range *r)
+void range_unaccount(dstl_storage *s, range *r)
 {
-    if (!r) return;
     if (r->retained) {
         s->locked.pipe.in_flight_bytes -= r->retained;
         s->locked.pipe.retained_bytes -= r->retained;
+        r->retained = 0;
         pthread_cond_broadcast(&s->room_cv);
     }
+}
+
+void range_free(range *r)
+{
     free(r->retry_buf);
-    free(r->spans);
+    range_spans_free(r);
     free(r->tally);
     free(r);
+}
+
+void range_drop(dstl_storage *s, range *r)
+{
+    if (!r) return;
+    range_unaccount(s, r);
+    range_free(r);
 }
 
 void batch_free(batch *b)
@@ -131,9 +142,7 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             r->seg = g;
             r->sec_index = x->index;
             r->loc = b->out.secs[x->index];
-            free(r->spans);            /* durable: reads go to the segment from now on */
-            r->spans = NULL;
-            r->nspans = 0;
+            range_spans_free(r);       /* durable: reads go to the segment from now on */
             free(r->tally);
             r->tally = NULL;
             reg_section_add(g);

@@ -39,9 +39,7 @@ void batch_release_section(dstl_storage *s, batch *b, pipeline_section *x)
     r->in_chunks = 0;
     free(r->retry_buf);
     r->retry_buf = NULL;
-    free(r->spans);
-    r->spans = NULL;
-    r->nspans = 0;
+    range_spans_free(r);
     free(r->tally);             /* it counted the chunks' records; a retry decodes its own */
     r->tally = NULL;
     writer_release_sent_chunks(x->w);
