@@ -7,6 +7,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,4 +204,54 @@ Test(wire_tally, a_tally_that_does_not_match_its_records_is_refused)
     cr_assert_eq(wire_segment_encode(&o, &t.in, 1, &out, &err), 0, "%s", err.msg);
     wire_segment_out_free(&out);
     tsec_free(&t);
+}
+
+/* ---- the plans' memory, kept by the encoding thread (segment_plan.c) ---- */
+
+typedef struct {
+    tsec *secs;
+    size_t n;
+    int same;           /* the second encode gave the first's bytes */
+    int rc;
+} reuse_job;
+
+static void *encode_twice(void *arg)
+{
+    reuse_job *j = arg;
+    wire_section_in *in = malloc(j->n * sizeof *in);
+    for (size_t i = 0; i < j->n; i++) in[i] = j->secs[i].in;
+    wire_seg_opts o = opts(WIRE_COMP_NONE, NULL);
+    wire_segment_out a, b;
+    wire_err err = {{0}};
+    /* the first segment's plans leave their blocks with this thread, the second's reuse them */
+    j->rc = wire_segment_encode(&o, in, j->n, &a, &err);
+    if (j->rc == 0 && (j->rc = wire_segment_encode(&o, in, j->n, &b, &err)) == 0) {
+        j->same = a.len == b.len && memcmp(a.buf, b.buf, a.len) == 0;
+        wire_segment_out_free(&b);
+    }
+    if (a.buf && j->rc == 0) wire_segment_out_free(&a);
+    free(in);
+    return NULL;                /* its exit frees the blocks it kept (ASan's leak check) */
+}
+
+Test(wire_tally, a_thread_reusing_its_plans_memory_encodes_the_same_bytes, .timeout = 60)
+{
+    /* 300 sections of 64 key groups: plans over several of the kept blocks */
+    enum { N = 300 };
+    tsec *s = calloc(N, sizeof *s);
+    char ids[N][16];
+    for (size_t i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof ids[i], "w%zu", i);
+        tsec_build(&s[i], ids[i], 40, 64, 64, 100);
+    }
+    for (int round = 0; round < 2; round++) {
+        reuse_job j = {s, N, 0, -1};
+        pthread_t th;
+        cr_assert_eq(pthread_create(&th, NULL, encode_twice, &j), 0);
+        pthread_join(th, NULL);
+        cr_assert_eq(j.rc, 0, "round %d: encode failed", round);
+        cr_assert(j.same, "round %d: the segment encoded with reused plan memory differs", round);
+    }
+    for (size_t i = 0; i < N; i++) tsec_free(&s[i]);
+    free(s);
 }
