@@ -81,8 +81,9 @@ struct dstl_future {
     int building;               /* future_build_end not called yet */
     int outstanding;            /* waiters whose section has not ended */
     int failed;                 /* the first failure; errmsg holds its detail */
-    future_piece *pieces;
+    future_piece *pieces;       /* &piece0 until a second piece comes */
     size_t npieces, cap;
+    future_piece piece0;
     /* the first waiter lives here (one per in-flight range: most persists have one), so it
      * costs no allocation; waiter0_used while it is on a list */
     future_waiter waiter0;
@@ -90,8 +91,20 @@ struct dstl_future {
     /* the registry's record of the handle, made with the future (outside s->mu): the registry
      * takes it when the future completes */
     struct live_handle *live;
+    /* memory for the handle, from the writer's thread (outside s->mu), used when the handle
+     * fits (one piece: most persists); else the completion allocates. The writer's thread
+     * frees either way, so no block crosses threads. */
+    void *hbuf;
+    size_t hbuf_cap;
     char id_buf[];              /* writer_id points here */
 };
+
+/* A packed wire handle's bytes: np pieces, their segments' names names bytes with NULs. */
+static size_t handle_bytes(const future_ctx *ctx, size_t nwid, size_t np, size_t names)
+{
+    return sizeof(wire_handle) + np * (sizeof(wire_seg_ref) + sizeof(wire_piece)) + strlen(ctx->run_id) + nwid +
+           strlen(ctx->remote_uri) + 3 + names;
+}
 
 dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t writer_incarnation, uint64_t cp,
                         uint64_t from, uint64_t to)
@@ -106,6 +119,10 @@ dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t w
         free(f);
         return NULL;
     }
+    f->hbuf_cap = HANDLE_HDR_BYTES + handle_bytes(ctx, nid - 1, 1, sizeof ((run_segment *)0)->name);
+    f->hbuf = malloc(f->hbuf_cap);   /* NULL: the completion allocates */
+    f->pieces = &f->piece0;
+    f->cap = 1;
     pthread_mutex_init(&f->mu, NULL);
     pthread_cond_init(&f->done_cv, NULL);
     f->refs = 1;
@@ -124,8 +141,9 @@ static void future_destroy(dstl_future *f)
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->done_cv);
     dstl_handle_free(f->handle);
-    free(f->pieces);
+    if (f->pieces != &f->piece0) free(f->pieces);
     reg_live_free(f->live);
+    free(f->hbuf);
     free(f);
 }
 
@@ -143,9 +161,10 @@ int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const w
                      uint64_t hi)
 {
     if (f->npieces == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 4;
-        future_piece *p = realloc(f->pieces, cap * sizeof *p);
+        size_t cap = f->cap * 2 < 4 ? 4 : f->cap * 2;
+        future_piece *p = realloc(f->pieces == &f->piece0 ? NULL : f->pieces, cap * sizeof *p);
         if (!p) return err_fail(-ENOMEM, "persist of writer %s: out of memory", f->writer_id);
+        if (f->pieces == &f->piece0) p[0] = f->piece0;
         f->pieces = p;
         f->cap = cap;
     }
@@ -185,17 +204,19 @@ static char *put_str(char **at, const char *s, size_t n)
 /* Builds the wire handle from the pieces (sorted, contiguous over [from, to)), in one
  * allocation (wire_handle.packed): at 1,024 writers a handle is built for every persist on
  * the pipeline thread and freed by the writer's thread, and seven small mallocs and frees
- * each way (the struct, its arrays and strings) were most of what building one cost. */
-static int build_handle(dstl_future *f, wire_handle **out)
+ * each way (the struct, its arrays and strings) were most of what building one cost. It goes
+ * into f->hbuf when it fits (*in_hbuf set): no allocation under s->mu, none freed across
+ * threads. */
+static int build_handle(dstl_future *f, wire_handle **out, int *in_hbuf)
 {
     const future_ctx *ctx = f->ctx;
     if (f->npieces > 1) qsort(f->pieces, f->npieces, sizeof *f->pieces, piece_cmp);
     size_t nrun = strlen(ctx->run_id), nwid = strlen(f->writer_id), nuri = strlen(ctx->remote_uri);
     size_t np = f->npieces ? f->npieces : 1, names = 0;
     for (size_t i = 0; i < f->npieces; i++) names += strlen(f->pieces[i].sg->name) + 1;
-    size_t bytes = sizeof(wire_handle) + np * (sizeof(wire_seg_ref) + sizeof(wire_piece)) + nrun + nwid + nuri + 3 +
-                   names;
-    wire_handle *h = calloc(1, bytes);
+    size_t bytes = handle_bytes(ctx, nwid, np, names);
+    *in_hbuf = f->hbuf && HANDLE_HDR_BYTES + bytes <= f->hbuf_cap;
+    wire_handle *h = *in_hbuf ? memset((char *)f->hbuf + HANDLE_HDR_BYTES, 0, bytes) : calloc(1, bytes);
     if (!h) return -ENOMEM;
     h->packed = 1;
     h->segs = (wire_seg_ref *)(h + 1);
@@ -212,7 +233,7 @@ static int build_handle(dstl_future *f, wire_handle **out)
     for (size_t i = 0; i < f->npieces; i++) {
         future_piece *p = &f->pieces[i];
         if (p->seq_first != expect) {
-            wire_handle_free(h);
+            if (!*in_hbuf) wire_handle_free(h);
             return err_fail(-EIO, "persist of writer %s: internal gap at seq %llu (piece starts at %llu)",
                             f->writer_id, (unsigned long long)expect, (unsigned long long)p->seq_first);
         }
@@ -235,7 +256,7 @@ static int build_handle(dstl_future *f, wire_handle **out)
             .data_bytes = p->loc.data_bytes, .kg_first = p->loc.kg_first, .kg_last = p->loc.kg_last};
     }
     if (expect != f->to) {
-        wire_handle_free(h);
+        if (!*in_hbuf) wire_handle_free(h);
         return err_fail(-EIO, "persist of writer %s: internal gap at seq %llu (to %llu)", f->writer_id,
                         (unsigned long long)expect, (unsigned long long)f->to);
     }
@@ -399,8 +420,12 @@ static void finish(dstl_future *f, int err, const char *detail)
     if (err) snprintf(why, sizeof why, "%s", detail ? detail : dstl_last_error());
     dstl_handle *h = NULL;
     wire_handle *wh = NULL;
-    if (err == 0 && (err = build_handle(f, &wh)) == 0) {
-        if (!(h = handle_wrap(wh))) {
+    int in_hbuf = 0;
+    if (err == 0 && (err = build_handle(f, &wh, &in_hbuf)) == 0) {
+        if (in_hbuf) {
+            h = handle_wrap_in(f->hbuf, wh);
+            f->hbuf = NULL;
+        } else if (!(h = handle_wrap(wh))) {
             wire_handle_free(wh);
             err = -ENOMEM;
         }

@@ -27,6 +27,16 @@ dstl_handle *handle_wrap(wire_handle *wh)
     dstl_handle *h = malloc(sizeof *h);
     if (!h) return NULL;
     h->wh = wh;
+    h->wh_inline = 0;
+    atomic_init(&h->refs, 1);
+    return h;
+}
+
+dstl_handle *handle_wrap_in(void *mem, wire_handle *wh)
+{
+    dstl_handle *h = mem;
+    h->wh = wh;
+    h->wh_inline = 1;
     atomic_init(&h->refs, 1);
     return h;
 }
@@ -75,7 +85,7 @@ void dstl_handle_free(dstl_handle *h)
 {
     if (!h) return;
     if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1) return;
-    wire_handle_free(h->wh);
+    if (!h->wh_inline) wire_handle_free(h->wh);
     free(h);
 }
 

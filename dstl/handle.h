@@ -20,11 +20,17 @@
 struct dstl_handle {
     wire_handle *wh;
     _Atomic unsigned refs;
+    int wh_inline;              /* wh lies in this handle's own block (handle_wrap_in) */
 };
+/* Where a handle_wrap_in block's wire handle starts. */
+#define HANDLE_HDR_BYTES ((sizeof(struct dstl_handle) + 15) & ~(size_t)15)
 
 /* A handle owning wh (one reference), or NULL when out of memory (wh is then still the
  * caller's). */
 dstl_handle *handle_wrap(wire_handle *wh);
+/* A handle at mem (a malloc'd block) whose packed wh lies in the same block, at
+ * mem + HANDLE_HDR_BYTES: freeing the handle frees the block. */
+dstl_handle *handle_wrap_in(void *mem, wire_handle *wh);
 /* h with one more reference. */
 dstl_handle *handle_ref(dstl_handle *h);
 
