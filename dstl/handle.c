@@ -28,15 +28,19 @@ dstl_handle *handle_wrap(wire_handle *wh)
     if (!h) return NULL;
     h->wh = wh;
     h->wh_inline = 0;
+    h->key = NULL;
+    h->ident = 0;
     atomic_init(&h->refs, 1);
     return h;
 }
 
-dstl_handle *handle_wrap_in(void *mem, wire_handle *wh)
+dstl_handle *handle_wrap_in(void *mem, wire_handle *wh, const char *key, uint64_t ident)
 {
     dstl_handle *h = mem;
     h->wh = wh;
     h->wh_inline = 1;
+    h->key = key;
+    h->ident = ident;
     atomic_init(&h->refs, 1);
     return h;
 }

@@ -165,6 +165,12 @@ live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_
     return l;
 }
 
+const char *reg_live_key(const live_handle *l, uint64_t *ident)
+{
+    *ident = l->ident;
+    return l->key;
+}
+
 run_segment **reg_live_segs(live_handle *l, size_t n)
 {
     if (l->segs && l->segs != &l->seg1) free(l->segs);
@@ -216,12 +222,12 @@ live_handle *reg_live_take(registry *reg, uint64_t ident, const char *key)
 void reg_destroy(registry *reg)
 {
     for (size_t i = u64map_next(&reg->live, 0); i < reg->live.cap; i = u64map_next(&reg->live, i + 1))
-        for (live_handle *l = reg->live.vals[i], *next; l; l = next) {
+        for (live_handle *l = u64map_at(&reg->live, i), *next; l; l = next) {
             next = l->next;
             reg_live_free(l);
         }
     u64map_destroy(&reg->live);
     for (size_t i = u64map_next(&reg->segs, 0); i < reg->segs.cap; i = u64map_next(&reg->segs, i + 1))
-        free(reg->segs.vals[i]);
+        free(u64map_at(&reg->segs, i));
     u64map_destroy(&reg->segs);
 }

@@ -71,6 +71,8 @@ void reg_unpin(registry *reg, run_segment *g);
  * memory. */
 struct live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_t incarnation, uint64_t cp,
                                  uint64_t from, uint64_t to);
+/* l's identity: its text (l's own; valid while l is) and hash. */
+const char *reg_live_key(const struct live_handle *l, uint64_t *ident);
 /* Room in l for its n segments (set nsegs to n): NULL when out of memory. */
 run_segment **reg_live_segs(struct live_handle *l, size_t n);
 /* Makes l live (s->mu held): its segments are pinned, and the pins become its references, or

@@ -199,10 +199,11 @@ int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
     /* the identity is built, and the live handle freed, outside s->mu: every writer thread
      * and the pipeline contend for it */
     char *key = NULL;
-    uint64_t ident = reg_handle_ident(h->wh, &key);
-    if (!key) return err_fail(-ENOMEM, "dstl_handle_discard: out of memory");
+    uint64_t ident = h->ident;
+    if (!h->key && (ident = reg_handle_ident(h->wh, &key), !key))
+        return err_fail(-ENOMEM, "dstl_handle_discard: out of memory");
     pthread_mutex_lock(&s->mu);
-    struct live_handle *l = reg_live_take(&s->locked.reg, ident, key);
+    struct live_handle *l = reg_live_take(&s->locked.reg, ident, h->key ? h->key : key);
     int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);

@@ -1,6 +1,8 @@
 /*
  * dstl/u64map.c — linear-probing hash map, power-of-two capacity, load factor <= 1/2
- * (counting tombstones), so a lookup touches a couple of slots.
+ * (counting tombstones), so a lookup touches a couple of slots. A slot holds its key and value
+ * together: one cache line per probe (the registry's map of live handles is looked up twice
+ * per persist, its lines long gone from cache by then).
  */
 #include "dstl/u64map.h"
 
@@ -22,8 +24,7 @@ void u64map_init(u64map *m) { *m = (u64map){0}; }
 
 void u64map_destroy(u64map *m)
 {
-    free(m->keys);
-    free(m->vals);
+    free(m->slots);
     *m = (u64map){0};
 }
 
@@ -31,8 +32,8 @@ static size_t find(const u64map *m, uint64_t key)
 {
     size_t mask = m->cap - 1;
     for (size_t i = hash(key) & mask;; i = (i + 1) & mask) {
-        if (!m->vals[i]) return m->cap;
-        if (m->vals[i] != TOMB && m->keys[i] == key) return i;
+        if (!m->slots[i].val) return m->cap;
+        if (m->slots[i].val != TOMB && m->slots[i].key == key) return i;
     }
 }
 
@@ -40,31 +41,23 @@ void *u64map_get(const u64map *m, uint64_t key)
 {
     if (!m->cap) return NULL;
     size_t i = find(m, key);
-    return i == m->cap ? NULL : m->vals[i];
+    return i == m->cap ? NULL : m->slots[i].val;
 }
 
 static int grow(u64map *m)
 {
     size_t ncap = m->cap ? m->cap * 2 : 16;
     while (m->len * 4 >= ncap) ncap *= 2;      /* after dropping tombstones: <= 1/4 full */
-    uint64_t *nk = calloc(ncap, sizeof *nk);
-    void **nv = calloc(ncap, sizeof *nv);
-    if (!nk || !nv) {
-        free(nk);
-        free(nv);
-        return -ENOMEM;
-    }
+    u64slot *ns = calloc(ncap, sizeof *ns);
+    if (!ns) return -ENOMEM;
     for (size_t i = 0; i < m->cap; i++) {
-        if (!m->vals[i] || m->vals[i] == TOMB) continue;
-        size_t j = hash(m->keys[i]) & (ncap - 1);
-        while (nv[j]) j = (j + 1) & (ncap - 1);
-        nk[j] = m->keys[i];
-        nv[j] = m->vals[i];
+        if (!m->slots[i].val || m->slots[i].val == TOMB) continue;
+        size_t j = hash(m->slots[i].key) & (ncap - 1);
+        while (ns[j].val) j = (j + 1) & (ncap - 1);
+        ns[j] = m->slots[i];
     }
-    free(m->keys);
-    free(m->vals);
-    m->keys = nk;
-    m->vals = nv;
+    free(m->slots);
+    m->slots = ns;
     m->cap = ncap;
     m->used = m->len;
     return 0;
@@ -75,16 +68,15 @@ int u64map_put(u64map *m, uint64_t key, void *val)
     if (m->cap) {
         size_t i = find(m, key);
         if (i != m->cap) {
-            m->vals[i] = val;
+            m->slots[i].val = val;
             return 0;
         }
     }
     if ((m->used + 1) * 2 > m->cap && grow(m) < 0) return -ENOMEM;
     size_t mask = m->cap - 1, i = hash(key) & mask;
-    while (m->vals[i] && m->vals[i] != TOMB) i = (i + 1) & mask;
-    if (!m->vals[i]) m->used++;
-    m->keys[i] = key;
-    m->vals[i] = val;
+    while (m->slots[i].val && m->slots[i].val != TOMB) i = (i + 1) & mask;
+    if (!m->slots[i].val) m->used++;
+    m->slots[i] = (u64slot){key, val};
     m->len++;
     return 0;
 }
@@ -94,14 +86,14 @@ void *u64map_del(u64map *m, uint64_t key)
     if (!m->cap) return NULL;
     size_t i = find(m, key);
     if (i == m->cap) return NULL;
-    void *v = m->vals[i];
-    m->vals[i] = TOMB;
+    void *v = m->slots[i].val;
+    m->slots[i].val = TOMB;
     m->len--;
     return v;
 }
 
 size_t u64map_next(const u64map *m, size_t i)
 {
-    while (i < m->cap && (!m->vals[i] || m->vals[i] == TOMB)) i++;
+    while (i < m->cap && (!m->slots[i].val || m->slots[i].val == TOMB)) i++;
     return i;
 }

@@ -10,8 +10,12 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t *keys;
-    void **vals;          /* NULL = empty slot; TOMB = deleted */
+    uint64_t key;
+    void *val;            /* NULL = empty slot; TOMB = deleted */
+} u64slot;
+
+typedef struct {
+    u64slot *slots;
     size_t cap, len, used;
 } u64map;
 
@@ -24,5 +28,7 @@ int u64map_put(u64map *m, uint64_t key, void *val);
 void *u64map_del(u64map *m, uint64_t key);
 /* Iteration: i from 0; returns the next index with a value, or m->cap at the end. */
 size_t u64map_next(const u64map *m, size_t i);
+/* The value at an index u64map_next returned. */
+static inline void *u64map_at(const u64map *m, size_t i) { return m->slots[i].val; }
 
 #endif
