@@ -178,6 +178,9 @@ int dstl_writer_close(dstl_writer *w)
     }
     free(w->tally);
     free(w->spare_range);
+    free(w->spare_sec);
+    free(w->spare_tally);
+    free(w->returned_tally);
     free(w->id);
     free(w);
     return 0;
@@ -260,7 +263,13 @@ static wire_section_tally *take_tally(dstl_writer *w, uint64_t payload_bytes)
 {
     if (!w->tally) return NULL;
     uint32_t lo = w->tally_lo, n = lo <= w->tally_hi ? w->tally_hi - lo + 1 : 0;
-    wire_section_tally *t = w->tally_bad ? NULL : malloc(sizeof *t + n * sizeof *w->tally);
+    wire_section_tally *t = NULL;
+    if (!w->tally_bad && w->spare_tally && w->spare_tally_n >= n) {
+        t = w->spare_tally;
+        w->spare_tally = NULL;
+    } else if (!w->tally_bad) {
+        t = malloc(sizeof *t + n * sizeof *w->tally);
+    }
     if (t) {
         wire_kg_tally *kg = (wire_kg_tally *)(t + 1);
         if (n) memcpy(kg, w->tally + lo, n * sizeof *kg);
@@ -487,7 +496,16 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
     /* made before s->mu is taken: every writer thread and the pipeline contend for it, and
      * an allocation under it lengthens everyone's wait */
     dstl_future *f = future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
-    if (w->sent_seq < w->next_seq && !w->spare_range) w->spare_range = calloc(1, sizeof *w->spare_range);
+    if (w->sent_seq < w->next_seq) {   /* a hand-off: its memory (handoff_tail, pipeline_enqueue) */
+        if (!w->spare_range) w->spare_range = calloc(1, sizeof *w->spare_range);
+        if (!w->spare_sec) w->spare_sec = calloc(1, sizeof *w->spare_sec);
+        uint32_t n = w->tally_lo <= w->tally_hi ? w->tally_hi - w->tally_lo + 1 : 0;
+        if (w->tally && !w->tally_bad && (!w->spare_tally || w->spare_tally_n < n)) {
+            free(w->spare_tally);
+            w->spare_tally = malloc(sizeof *w->spare_tally + n * sizeof *w->tally);
+            w->spare_tally_n = w->spare_tally ? n : 0;
+        }
+    }
     pthread_mutex_lock(&s->mu);
     if (from_seq < w->trunc_seq) {
         pthread_mutex_unlock(&s->mu);
@@ -514,6 +532,11 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
         if (rc < 0) break;
     }
     s->locked.stats.persists++;
+    if (w->returned_tally && !w->spare_tally) {   /* for the next hand-off: no malloc then */
+        w->spare_tally = w->returned_tally;
+        w->spare_tally_n = w->returned_tally->nkg;
+        w->returned_tally = NULL;
+    }
     future_build_end(f, rc < 0 ? rc : 0, known ? size : UINT64_MAX);
     chunks_release(w);
     /* dstl.batch.close-when-all-in: the last writer in lets the loop close the batch now */

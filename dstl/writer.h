@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "dstl.h"
 #include "dstl/registry.h"
@@ -145,10 +146,18 @@ struct dstl_writer {
      * point the backend read (its materialization point) knows its size exactly. */
     uint64_t mark_seq[8], mark_payload[8];
     unsigned mark_i;
-    /* a range for the next hand-off, allocated by dstl_persist before it takes s->mu */
+    /* memory for the next hand-off, allocated by dstl_persist before it takes s->mu (every
+     * writer thread and the pipeline contend for it): its range, pipeline section, and tally
+     * (room for spare_tally_n key groups) */
     range *spare_range;
+    struct pipeline_section *spare_sec;
+    wire_section_tally *spare_tally;
+    uint32_t spare_tally_n;
 
     /* guarded by s->mu */
+    /* a tally the pipeline is done with (writer_tally_return), for a later hand-off: the
+     * writer's steady rounds allocate none and nothing is freed across threads */
+    wire_section_tally *returned_tally;
     range *ranges, *ranges_tail;
     uint64_t trunc_seq;                     /* records below are no longer needed */
     unsigned inflight_ranges;
@@ -156,5 +165,13 @@ struct dstl_writer {
     /* stats, written by the writer thread only, read by dstl_storage_stats */
     _Atomic uint64_t st_appends, st_append_bytes;
 };
+
+/* The pipeline is done with a range's tally t (encoded, or durable): w keeps one for a later
+ * hand-off (dstl_persist takes it), the rest are freed. s->mu held. */
+static inline void writer_tally_return(struct dstl_writer *w, wire_section_tally *t)
+{
+    if (t && !w->returned_tally) w->returned_tally = t;
+    else free(t);
+}
 
 #endif

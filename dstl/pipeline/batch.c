@@ -143,7 +143,7 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             r->sec_index = x->index;
             r->loc = b->out.secs[x->index];
             range_spans_free(r);       /* durable: reads go to the segment from now on */
-            free(r->tally);
+            writer_tally_return(x->w, r->tally);
             r->tally = NULL;
             reg_section_add(g);
         } else {

@@ -84,8 +84,9 @@ int pipeline_kick_deletes(dstl_storage *s) { return s->locked.reg.delete_head ? 
 
 int pipeline_enqueue(dstl_storage *s, dstl_writer *w, range *r)
 {
-    pipeline_section *b = calloc(1, sizeof *b);
+    pipeline_section *b = w->spare_sec ? w->spare_sec : calloc(1, sizeof *b);
     if (!b) return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
+    w->spare_sec = NULL;       /* dstl_persist's, made before s->mu: a fresh calloc */
     b->w = w;
     b->r = r;
     r->state = RANGE_INFLIGHT;
