@@ -497,6 +497,17 @@ void future_build_end(dstl_future *f, int err, uint64_t size)
     complete_if_ready(f);
 }
 
+void future_prefetch(const future_waitlist *wl)
+{
+    for (const future_waiter *fw = wl->head; fw; fw = fw->next) {
+        const dstl_future *f = fw->f;
+        __builtin_prefetch(f, 1);
+        __builtin_prefetch(&f->pieces, 1);
+        __builtin_prefetch(f->hbuf, 1);
+        __builtin_prefetch(f->live, 1);
+    }
+}
+
 void future_section_ended(future_waitlist *wl, int res, const char *detail, run_segment *g, uint32_t sec_index,
                           const wire_section_loc *loc)
 {

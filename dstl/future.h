@@ -56,6 +56,10 @@ void future_abandon(dstl_future *f);
  * -ENOMEM. */
 int future_add_piece(dstl_future *f, run_segment *g, uint32_t sec_index, const wire_section_loc *loc, uint64_t lo,
                      uint64_t hi);
+/* Asks for the lines future_section_ended will touch of wl's futures (s->mu held): the
+ * pipeline ends a segment's few hundred sections in one go, under the lock every writer
+ * waits for, and each future was last written by its writer's core. */
+void future_prefetch(const future_waitlist *wl);
 /* Records [lo, hi) are in flight in the section whose waiter list is wl. 0 or -ENOMEM. */
 int future_wait_on(dstl_future *f, future_waitlist *wl, uint64_t lo, uint64_t hi);
 /* The build is over: err < 0 when it failed part way (the detail is dstl_last_error's);

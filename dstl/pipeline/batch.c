@@ -136,6 +136,7 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
      * futures waiting on them, still need it. */
     for (pipeline_section *x = b->head; x; x = x->next) {
         range *r = x->r;
+        future_prefetch(&x->waiters);   /* for the loop below */
         r->sec = NULL;
         if (res == 0) {
             r->state = RANGE_DURABLE;
