@@ -183,9 +183,9 @@ int future_wait_on(dstl_future *f, future_waitlist *wl, uint64_t lo, uint64_t hi
     *fw = (future_waiter){wl->head, f, lo, hi};
     wl->head = fw;
     f->outstanding++;
-    pthread_mutex_lock(&f->mu);
-    f->refs++;                  /* the waiter's */
-    pthread_mutex_unlock(&f->mu);
+    /* the waiter's reference, without f->mu: f is still being built under s->mu and no other
+     * thread has it yet (the pipeline reaches it through wl only after taking s->mu) */
+    f->refs++;
     return 0;
 }
 
