@@ -95,7 +95,7 @@ struct dstl_future {
      * fits (one piece: most persists); else the completion allocates. The writer's thread
      * frees either way, so no block crosses threads. */
     void *hbuf;
-    size_t hbuf_cap, hbuf_key;  /* its bytes, of which the identity's text (at the end) */
+    size_t hbuf_cap;
     char id_buf[];              /* writer_id points here */
 };
 
@@ -119,9 +119,7 @@ dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t w
         free(f);
         return NULL;
     }
-    uint64_t ident;
-    f->hbuf_key = strlen(reg_live_key(f->live, &ident)) + 1;   /* the identity's text goes last */
-    f->hbuf_cap = HANDLE_HDR_BYTES + handle_bytes(ctx, nid - 1, 1, sizeof ((run_segment *)0)->name) + f->hbuf_key;
+    f->hbuf_cap = HANDLE_HDR_BYTES + handle_bytes(ctx, nid - 1, 1, sizeof ((run_segment *)0)->name);
     f->hbuf = malloc(f->hbuf_cap);   /* NULL: the completion allocates */
     f->pieces = &f->piece0;
     f->cap = 1;
@@ -217,7 +215,7 @@ static int build_handle(dstl_future *f, wire_handle **out, int *in_hbuf)
     size_t np = f->npieces ? f->npieces : 1, names = 0;
     for (size_t i = 0; i < f->npieces; i++) names += strlen(f->pieces[i].sg->name) + 1;
     size_t bytes = handle_bytes(ctx, nwid, np, names);
-    *in_hbuf = f->hbuf && HANDLE_HDR_BYTES + bytes + f->hbuf_key <= f->hbuf_cap;
+    *in_hbuf = f->hbuf && HANDLE_HDR_BYTES + bytes <= f->hbuf_cap;
     wire_handle *h = *in_hbuf ? memset((char *)f->hbuf + HANDLE_HDR_BYTES, 0, bytes) : calloc(1, bytes);
     if (!h) return -ENOMEM;
     h->packed = 1;
@@ -425,10 +423,7 @@ static void finish(dstl_future *f, int err, const char *detail)
     int in_hbuf = 0;
     if (err == 0 && (err = build_handle(f, &wh, &in_hbuf)) == 0) {
         if (in_hbuf) {
-            uint64_t ident;
-            const char *k = reg_live_key(f->live, &ident);
-            char *key = memcpy((char *)f->hbuf + f->hbuf_cap - f->hbuf_key, k, f->hbuf_key);
-            h = handle_wrap_in(f->hbuf, wh, key, ident);
+            h = handle_wrap_in(f->hbuf, wh);
             f->hbuf = NULL;
         } else if (!(h = handle_wrap(wh))) {
             wire_handle_free(wh);

@@ -4,7 +4,7 @@
  * Handles are immutable after creation and safe to share between threads. Their bytes are
  * wire's handle format (wire/FORMAT.md); parse validates fully. A handle's identity —
  * (storage run, writer, writer incarnation, checkpoint, from, to) — is what
- * dstl_handle_discard matches (the registry computes it: reg_handle_ident), so a handle parsed
+ * dstl_handle_discard matches (the registry compares it: reg_live_take), so a handle parsed
  * back from bytes discards the same references as the one persist returned. The incarnation
  * (which dstl_writer_open of the writer id in the run) keeps a reopened writer, whose seqs
  * restart at 0, from producing a handle equal to one of its earlier opening: the registry
@@ -28,19 +28,15 @@ dstl_handle *handle_wrap(wire_handle *wh)
     if (!h) return NULL;
     h->wh = wh;
     h->wh_inline = 0;
-    h->key = NULL;
-    h->ident = 0;
     atomic_init(&h->refs, 1);
     return h;
 }
 
-dstl_handle *handle_wrap_in(void *mem, wire_handle *wh, const char *key, uint64_t ident)
+dstl_handle *handle_wrap_in(void *mem, wire_handle *wh)
 {
     dstl_handle *h = mem;
     h->wh = wh;
     h->wh_inline = 1;
-    h->key = key;
-    h->ident = ident;
     atomic_init(&h->refs, 1);
     return h;
 }

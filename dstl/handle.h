@@ -3,7 +3,7 @@
  *
  * A dstl_handle wraps one wire_handle (wire/FORMAT.md); it is immutable after creation and
  * may be shared between threads. Its identity, what dstl_handle_discard matches, is the
- * registry's (reg_handle_ident). A leaf: depends on wire/ only.
+ * registry's (reg_live_take). A leaf: depends on wire/ only.
  */
 #ifndef DSTL_HANDLE_H
 #define DSTL_HANDLE_H
@@ -21,10 +21,6 @@ struct dstl_handle {
     wire_handle *wh;
     _Atomic unsigned refs;
     int wh_inline;              /* wh lies in this handle's own block (handle_wrap_in) */
-    /* its registry identity (reg_handle_ident) when the handle was made by a persist, so
-     * dstl_handle_discard need not build it again; key NULL when not kept */
-    const char *key;
-    uint64_t ident;
 };
 /* Where a handle_wrap_in block's wire handle starts. */
 #define HANDLE_HDR_BYTES ((sizeof(struct dstl_handle) + 15) & ~(size_t)15)
@@ -33,9 +29,8 @@ struct dstl_handle {
  * caller's). */
 dstl_handle *handle_wrap(wire_handle *wh);
 /* A handle at mem (a malloc'd block) whose packed wh lies in the same block, at
- * mem + HANDLE_HDR_BYTES: freeing the handle frees the block. key (with its hash, ident) is
- * the handle's registry identity, in the same block too, or NULL. */
-dstl_handle *handle_wrap_in(void *mem, wire_handle *wh, const char *key, uint64_t ident);
+ * mem + HANDLE_HDR_BYTES: freeing the handle frees the block. */
+dstl_handle *handle_wrap_in(void *mem, wire_handle *wh);
 /* h with one more reference. */
 dstl_handle *handle_ref(dstl_handle *h);
 

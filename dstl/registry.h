@@ -65,29 +65,22 @@ void reg_section_release(registry *reg, run_segment *g);
 void reg_pin(run_segment *g);
 void reg_unpin(registry *reg, run_segment *g);
 
-/* A live handle for the identity (storage, writer, incarnation, checkpoint, from, to) — what
- * reg_handle_ident gives the handle built for it — not yet in the registry: made before s->mu
- * is taken (dstl_persist), so the completion under it allocates nothing. NULL when out of
- * memory. */
+/* A live handle for the identity (storage, writer, incarnation, checkpoint, from, to) — the
+ * fields of the handle built for it — not yet in the registry: made before s->mu is taken
+ * (dstl_persist), so the completion under it allocates nothing. NULL when out of memory. */
 struct live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_t incarnation, uint64_t cp,
                                  uint64_t from, uint64_t to);
-/* l's identity: its text (l's own; valid while l is) and hash. */
-const char *reg_live_key(const struct live_handle *l, uint64_t *ident);
 /* Room in l for its n segments (set nsegs to n): NULL when out of memory. */
 run_segment **reg_live_segs(struct live_handle *l, size_t n);
 /* Makes l live (s->mu held): its segments are pinned, and the pins become its references, or
  * are dropped — and l freed — when an equal handle is live already (a repeated persist).
  * 0 (l is the registry's now) or -ENOMEM (l and its pins are still the caller's). */
 int reg_live_insert(registry *reg, struct live_handle *l);
-/* Drops the references of the live handle whose identity is (ident, key) (reg_handle_ident,
- * made before s->mu is taken) and returns it, to be freed with reg_live_free once s->mu is
- * let go; NULL when none is live (discarded before, or another run's). */
-struct live_handle *reg_live_take(registry *reg, uint64_t ident, const char *key);
+/* Drops the references of the live handle with wh's identity (its storage, writer,
+ * incarnation, checkpoint and range: a handle parsed back from bytes matches the persist's)
+ * and returns it, to be freed with reg_live_free once s->mu is let go; NULL when none is live
+ * (discarded before, or another run's). */
+struct live_handle *reg_live_take(registry *reg, const wire_handle *wh);
 void reg_live_free(struct live_handle *l);
-
-/* A handle's identity: a hash of (run, writer, writer incarnation, checkpoint, from, to),
- * and with key set, its full text (malloc'd) to tell equal hashes apart. What discard
- * matches, so a handle parsed back from bytes discards what persist's handle holds. */
-uint64_t reg_handle_ident(const wire_handle *wh, char **key);
 
 #endif

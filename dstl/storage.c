@@ -196,19 +196,12 @@ int dstl_storage_reload_keys(dstl_storage *s)
 int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
 {
     if (!s || !h) return err_fail(-EINVAL, "dstl_handle_discard: NULL argument");
-    /* the identity is built, and the live handle freed, outside s->mu: every writer thread
-     * and the pipeline contend for it */
-    char *key = NULL;
-    uint64_t ident = h->ident;
-    if (!h->key && (ident = reg_handle_ident(h->wh, &key), !key))
-        return err_fail(-ENOMEM, "dstl_handle_discard: out of memory");
     pthread_mutex_lock(&s->mu);
-    struct live_handle *l = reg_live_take(&s->locked.reg, ident, h->key ? h->key : key);
+    struct live_handle *l = reg_live_take(&s->locked.reg, h->wh);
     int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);
-    reg_live_free(l);
-    free(key);
+    reg_live_free(l);          /* outside s->mu: every writer thread and the pipeline contend for it */
     return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "dstl/storage.h"
 #include "dstl/writer.h"
 #include "dstl/u64map.h"
+#include "dstl/registry.h"
 #include "tests/helpers.h"
 
 Test(dstl_u64map, put_get_delete_against_a_model)
@@ -460,4 +461,56 @@ Test(dstl_util, the_plan_sorts_sections_by_offset_stably)
                 cr_assert_eq(sv[i].end, want[i].tag, "n %zu: 16-byte elements not stable at %zu", n, i);
             }
         }
+}
+
+/* The registry tells live handles apart by every field of their identity, not by its hash:
+ * identities one field apart (names that run into each other, each number) are each taken
+ * back by a handle with their fields, and by no other. */
+Test(dstl_registry, a_live_handle_is_taken_back_by_its_exact_identity_only)
+{
+    registry reg;
+    reg_init(&reg, "run0");
+    struct {
+        const char *sid, *wid;
+        uint64_t n[4];
+    } ids[] = {
+        {"run0", "ab", {1, 2, 3, 4}}, {"run0", "a", {1, 2, 3, 4}},  {"run0a", "b", {1, 2, 3, 4}},
+        {"run0", "ab", {2, 2, 3, 4}}, {"run0", "ab", {1, 3, 3, 4}}, {"run0", "ab", {1, 2, 4, 4}},
+        {"run0", "ab", {1, 2, 3, 5}}, {"run0", "a-writer-id-longer-than-eight-bytes", {0, 0, 0, 0}},
+    };
+    enum { N = sizeof ids / sizeof ids[0] };
+    run_segment *g = reg_new_segment(&reg);
+    cr_assert_not_null(g);
+    g->durable = 1;
+    reg_section_add(g);           /* the segment stays whatever the handles do */
+    for (size_t i = 0; i < N; i++) {
+        struct live_handle *l = reg_live_new(ids[i].sid, ids[i].wid, ids[i].n[0], ids[i].n[1], ids[i].n[2], ids[i].n[3]);
+        cr_assert_not_null(l);
+        run_segment **segs = reg_live_segs(l, 1);
+        reg_pin(g);
+        segs[0] = g;
+        cr_assert_eq(reg_live_insert(&reg, l), 0);
+    }
+    cr_assert_eq(g->handle_refs, N, "each identity is its own live handle");
+    /* a repeated persist's handle: equal identity, its pin dropped */
+    struct live_handle *dup = reg_live_new("run0", "ab", 1, 2, 3, 4);
+    reg_live_segs(dup, 1)[0] = g;
+    reg_pin(g);
+    cr_assert_eq(reg_live_insert(&reg, dup), 0);
+    cr_assert_eq(g->handle_refs, N, "an equal handle adds no reference");
+    for (size_t i = 0; i < N; i++) {
+        wire_handle wh = {.storage_id = (char *)ids[i].sid, .writer_id = (char *)ids[i].wid,
+                          .writer_incarnation = ids[i].n[0], .checkpoint_id = ids[i].n[1],
+                          .from_seq = ids[i].n[2], .to_seq = ids[i].n[3]};
+        struct live_handle *l = reg_live_take(&reg, &wh);
+        cr_assert_not_null(l, "identity %zu not found", i);
+        cr_assert_eq(g->handle_refs, N - 1 - i, "identity %zu: one reference dropped", i);
+        reg_live_free(l);
+        cr_assert_null(reg_live_take(&reg, &wh), "identity %zu taken twice", i);
+    }
+    wire_handle other = {.storage_id = "run0", .writer_id = "ab", .writer_incarnation = 9};
+    cr_assert_null(reg_live_take(&reg, &other));
+    reg_section_release(&reg, g);
+    cr_assert_eq(reg.delete_head, g, "no count left: queued for deletion");
+    reg_destroy(&reg);
 }
