@@ -182,10 +182,15 @@ void reg_live_free(live_handle *l)
     free(l);
 }
 
-live_handle *reg_live_take(registry *reg, const wire_handle *wh)
+uint64_t reg_live_ident(const wire_handle *wh)
 {
     const uint64_t nums[4] = {wh->writer_incarnation, wh->checkpoint_id, wh->from_seq, wh->to_seq};
-    uint64_t ident = ident_of(wh->storage_id, strlen(wh->storage_id), wh->writer_id, strlen(wh->writer_id), nums);
+    return ident_of(wh->storage_id, strlen(wh->storage_id), wh->writer_id, strlen(wh->writer_id), nums);
+}
+
+live_handle *reg_live_take(registry *reg, const wire_handle *wh, uint64_t ident)
+{
+    const uint64_t nums[4] = {wh->writer_incarnation, wh->checkpoint_id, wh->from_seq, wh->to_seq};
     live_handle *l = live_find(reg, ident, wh->storage_id, wh->writer_id, nums);
     if (!l) return NULL;
     live_handle *head = u64map_get(&reg->live, ident), **pp = &head;

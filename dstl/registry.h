@@ -76,11 +76,13 @@ run_segment **reg_live_segs(struct live_handle *l, size_t n);
  * are dropped — and l freed — when an equal handle is live already (a repeated persist).
  * 0 (l is the registry's now) or -ENOMEM (l and its pins are still the caller's). */
 int reg_live_insert(registry *reg, struct live_handle *l);
-/* Drops the references of the live handle with wh's identity (its storage, writer,
- * incarnation, checkpoint and range: a handle parsed back from bytes matches the persist's)
- * and returns it, to be freed with reg_live_free once s->mu is let go; NULL when none is live
- * (discarded before, or another run's). */
-struct live_handle *reg_live_take(registry *reg, const wire_handle *wh);
+/* The hash of wh's identity (its storage, writer, incarnation, checkpoint and range: a handle
+ * parsed back from bytes has the persist's); any thread, no lock. */
+uint64_t reg_live_ident(const wire_handle *wh);
+/* Drops the references of the live handle with wh's identity (ident: reg_live_ident's, made
+ * before s->mu is taken) and returns it, to be freed with reg_live_free once s->mu is let go;
+ * NULL when none is live (discarded before, or another run's). */
+struct live_handle *reg_live_take(registry *reg, const wire_handle *wh, uint64_t ident);
 void reg_live_free(struct live_handle *l);
 
 #endif

@@ -196,8 +196,9 @@ int dstl_storage_reload_keys(dstl_storage *s)
 int dstl_handle_discard(dstl_storage *s, const dstl_handle *h)
 {
     if (!s || !h) return err_fail(-EINVAL, "dstl_handle_discard: NULL argument");
+    uint64_t ident = reg_live_ident(h->wh);   /* before the lock: its reads miss the cache */
     pthread_mutex_lock(&s->mu);
-    struct live_handle *l = reg_live_take(&s->locked.reg, h->wh);
+    struct live_handle *l = reg_live_take(&s->locked.reg, h->wh, ident);
     int wake = pipeline_kick_deletes(s);
     pthread_mutex_unlock(&s->mu);
     if (wake) pipeline_wake(s);

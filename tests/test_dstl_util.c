@@ -502,14 +502,14 @@ Test(dstl_registry, a_live_handle_is_taken_back_by_its_exact_identity_only)
         wire_handle wh = {.storage_id = (char *)ids[i].sid, .writer_id = (char *)ids[i].wid,
                           .writer_incarnation = ids[i].n[0], .checkpoint_id = ids[i].n[1],
                           .from_seq = ids[i].n[2], .to_seq = ids[i].n[3]};
-        struct live_handle *l = reg_live_take(&reg, &wh);
+        struct live_handle *l = reg_live_take(&reg, &wh, reg_live_ident(&wh));
         cr_assert_not_null(l, "identity %zu not found", i);
         cr_assert_eq(g->handle_refs, N - 1 - i, "identity %zu: one reference dropped", i);
         reg_live_free(l);
-        cr_assert_null(reg_live_take(&reg, &wh), "identity %zu taken twice", i);
+        cr_assert_null(reg_live_take(&reg, &wh, reg_live_ident(&wh)), "identity %zu taken twice", i);
     }
     wire_handle other = {.storage_id = "run0", .writer_id = "ab", .writer_incarnation = 9};
-    cr_assert_null(reg_live_take(&reg, &other));
+    cr_assert_null(reg_live_take(&reg, &other, reg_live_ident(&other)));
     reg_section_release(&reg, g);
     cr_assert_eq(reg.delete_head, g, "no count left: queued for deletion");
     reg_destroy(&reg);
