@@ -257,12 +257,18 @@ static void room_return(dstl_storage *s, uint64_t cost)
     pthread_cond_broadcast(&s->room_cv);
 }
 
+/* Key groups in the unsent records' tally: entries [tally_lo, tally_hi]. Writer thread. */
+static uint32_t tally_span(const dstl_writer *w)
+{
+    return w->tally_lo <= w->tally_hi ? w->tally_hi - w->tally_lo + 1 : 0;
+}
+
 /* Hands the unsent records' tally to their range (NULL, and the encoder counts, when there is
  * none or no memory for it) and starts the next one; writer thread. */
 static wire_section_tally *take_tally(dstl_writer *w, uint64_t payload_bytes)
 {
     if (!w->tally) return NULL;
-    uint32_t lo = w->tally_lo, n = lo <= w->tally_hi ? w->tally_hi - lo + 1 : 0;
+    uint32_t lo = w->tally_lo, n = tally_span(w);
     wire_section_tally *t = NULL;
     if (!w->tally_bad && w->spare_tally && w->spare_tally_n >= n) {
         t = w->spare_tally;
@@ -499,7 +505,7 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
     if (w->sent_seq < w->next_seq) {   /* a hand-off: its memory (handoff_tail, pipeline_enqueue) */
         if (!w->spare_range) w->spare_range = calloc(1, sizeof *w->spare_range);
         if (!w->spare_sec) w->spare_sec = calloc(1, sizeof *w->spare_sec);
-        uint32_t n = w->tally_lo <= w->tally_hi ? w->tally_hi - w->tally_lo + 1 : 0;
+        uint32_t n = tally_span(w);
         if (w->tally && !w->tally_bad && (!w->spare_tally || w->spare_tally_n < n)) {
             free(w->spare_tally);
             w->spare_tally = malloc(sizeof *w->spare_tally + n * sizeof *w->tally);
