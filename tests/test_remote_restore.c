@@ -736,16 +736,24 @@ static size_t local_segments(const char *dir, char names[][64], size_t cap)
     return n;
 }
 
-Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
+/* Four writers over four checkpoints in wdir, one segment each (the writers persist together):
+ * the segments' names (sorted) into names, their count returned, their bytes in *need_bytes. */
+static size_t write_four_checkpoints(job *jb, char names[][64], uint64_t *need_bytes)
 {
-    /* one segment per checkpoint (4 writers persisting together) */
-    job jb = {.nwriters = 4, .rounds = 4, .per_round = 300, .max_len = 300, .persist_delay = "50ms"};
-    write_job(&jb, wdir);
-    char names[16][64];
+    *jb = (job){.nwriters = 4, .rounds = 4, .per_round = 300, .max_len = 300, .persist_delay = "50ms"};
+    write_job(jb, wdir);
     size_t n = local_segments(wdir, names, 16);
     cr_assert_geq(n, 4, "%zu segments", n);
+    cr_assert_eq(needed_objects(jb, need_bytes), n);
+    return n;
+}
+
+Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
+{
+    job jb;
+    char names[16][64];
     uint64_t need_bytes;
-    cr_assert_eq(needed_objects(&jb, &need_bytes), n);
+    size_t n = write_four_checkpoints(&jb, names, &need_bytes);
     char p[4200];
     /* segment 0 stays intact; 1 is gone; 2 is torn (half its length); 3 has a flipped byte in
      * its first section (the right length: only reading finds it) */
@@ -784,6 +792,37 @@ Test(remote_restore, local_copies_first_bad_or_missing_ones_from_s3_per_segment)
     cr_assert_eq(dstl_storage_stats(s, &ss), 0);
     /* the torn copy (each reader of it), and the flipped section (its one reader) */
     cr_expect_geq(ss.local_read_fallbacks, 2, "%lu fallbacks", (unsigned long)ss.local_read_fallbacks);
+    cr_assert_eq(dstl_storage_close(s), 0);
+    job_free(&jb);
+}
+
+/* The plan looks for each object's local copy once, for all its readers: a reader of an
+ * object the plan found no copy of reads what the plan fetches, and does not look again. Shown
+ * by copies that appear after the plan, torn: a reader that looked would find one, count a
+ * fallback (dstl_stats.local_read_fallbacks) and read S3 itself. */
+Test(remote_restore, readers_take_the_plans_look_at_local_copies)
+{
+    job jb;
+    char names[16][64];
+    uint64_t need_bytes;
+    size_t n = write_four_checkpoints(&jb, names, &need_bytes);
+    dstl_storage *s = open_restorer(rdir, NULL);
+    dstl_restore *pl = plan_all(s, &jb, 0, NKG - 1);
+    cr_assert_eq(rstats(pl).local_segments, 0, "the restorer's dir was empty when the plan was made");
+    for (size_t i = 0; i < n; i++) {
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", rdir, names[i]);
+        cr_assert_eq(t_write_file(p, "torn", 4), 0);
+    }
+    restore_concurrently(pl, &jb, 0, NKG - 1);
+    dstl_restore_stats rs = rstats(pl);
+    show("copies after the plan", &rs);
+    cr_expect_eq(rs.objects_fetched, n, "the plan fetched %lu of %zu objects", (unsigned long)rs.objects_fetched, n);
+    cr_assert_eq(dstl_restore_close(pl), 0);
+    dstl_stats ss;
+    cr_assert_eq(dstl_storage_stats(s, &ss), 0);
+    cr_expect_eq(ss.local_read_fallbacks, 0, "%lu readers looked at a local copy again",
+                 (unsigned long)ss.local_read_fallbacks);
     cr_assert_eq(dstl_storage_close(s), 0);
     job_free(&jb);
 }

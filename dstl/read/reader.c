@@ -229,6 +229,7 @@ static void use_remote(dstl_reader *r, uint32_t i, int code, const char *msg)
 static int seg_source(dstl_reader *r, uint32_t i)
 {
     if (r->src[i].src != SRC_UNKNOWN) return r->src[i].src;
+    if (r->plan && restore_no_local_copy(r->plan, r->pe, r->ph, i)) return r->src[i].src = SRC_REMOTE;
     const wire_seg_ref *g = &r->wh->segs[i];
     uint64_t size = 0;
     saved_detail before;

@@ -563,6 +563,12 @@ int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint3
     return p->e[entry].h[handle].seg_obj[seg];
 }
 
+int restore_no_local_copy(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg)
+{
+    int64_t o = p->e[entry].h[handle].seg_obj[seg];
+    return o >= 0 && p->objs[o].no_local;
+}
+
 int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap)
 {
     return fetch_read(p->fs, p->objs[obj].fid, off, len, dst, msg, cap);

@@ -27,6 +27,14 @@ dstl_storage *restore_storage(const dstl_restore *p);
  * it (a local copy, no remote). */
 int64_t restore_object(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg);
 
+/* Whether the plan fetches segment seg of (entry, handle) and found no local copy of it when
+ * it was made: its readers read the object without looking again. A restore of 1,024 tasks
+ * from S3 alone otherwise tried ~65,000 opens of missing files (one per reader and segment),
+ * 11-15 % of its CPU (perf, 2026-12-07). Segments are immutable: a copy that appears after the
+ * plan was made holds the same bytes the plan fetches. A copy the plan found but could not use
+ * (torn, unreadable) is looked at by each reader, which counts its fallback. */
+int restore_no_local_copy(const dstl_restore *p, size_t entry, size_t handle, uint32_t seg);
+
 /* fetch_read of object obj's bytes (fetch.h): 1 copied, 0 fetch it yourself, < 0 error with
  * its detail in msg. Blocking. */
 int restore_read(dstl_restore *p, int64_t obj, uint64_t off, size_t len, void *dst, char *msg, size_t cap);

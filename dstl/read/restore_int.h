@@ -59,6 +59,8 @@ typedef struct {
     int64_t succ;               /* the object after it in the last handle naming it (-1: none) */
     int64_t next;               /* same hash */
     int local;                  /* a local copy of the right length: not fetched */
+    int no_local;               /* the plan found no local copy (none, or a 0-byte name): its
+                                 * readers take that look as theirs (restore_no_local_copy) */
     int need_index;
     uint32_t fid;               /* the fetch set's id */
     int footer_first;           /* its footer is fetched first (mark_footers_first) */

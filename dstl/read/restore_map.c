@@ -91,7 +91,9 @@ static int64_t object_new(dstl_restore *p, const map_state *m, uint64_t h, const
     uint64_t size = 0;
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dstl_last_error());
-    o->local = segstore_size(p->s->local_dir, g->name, &size) == 0 && size == g->object_len;
+    int rc = segstore_size(p->s->local_dir, g->name, &size);
+    o->local = rc == 0 && size == g->object_len;
+    o->no_local = rc == -ENOENT || (rc == 0 && size == 0);     /* as a reader judges it (seg_source) */
     (void)err_fail(0, "%s", saved);         /* a missing local copy is no failure of the plan */
     p->local_segments += o->local;
     p->object_bytes += g->object_len;
