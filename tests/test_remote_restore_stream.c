@@ -199,6 +199,40 @@ Test(remote_restore_stream, a_read_is_served_from_arrived_bytes_while_the_get_is
     fetch_free(f);
 }
 
+/* A reader's thread that tries a queued range again and again (dstl_reader_try_next in turns)
+ * tells the fetch thread once: the first poll is news (the budget may start the extent), the
+ * rest change nothing. Each used to wake it (a send() and a pass of its loop): ~15 wake-ups
+ * per 32 records at 1,024 readers on 64 threads. */
+Test(remote_restore_stream, polling_a_queued_range_again_wakes_the_fetch_thread_once)
+{
+    reset(3000, 0);          /* the first GET completes 3 s after it started: the other waits */
+    fetch_opts o = {.cli = fake_client(30000), .budget_bytes = 4u << 20, .max_gets = 1,
+                    .merge_gap_bytes = 64u << 10};
+    fetch_set *f;
+    uint32_t id;
+    cr_assert_eq(fetch_new(&o, &f), 0);
+    cr_assert_eq(fetch_object(f, "b", "obj", OBJ_LEN, 0, &id), 0);
+    const uint64_t off[2] = {0, OBJ_LEN / 2};       /* far apart: two extents, two GETs */
+    for (int k = 0; k < 2; k++) cr_assert_eq(fetch_need(f, id, off[k], 4096), 0);
+    cr_assert_eq(fetch_commit(f, id), 0);
+    int queued = -1;
+    for (int i = 0; i < 200 && queued < 0; i++) {  /* the fetch thread starts one of them */
+        pthread_mutex_lock(&F.mu);
+        if (F.gets == 1) queued = strncmp(F.ranges[0], "0-", 2) == 0;
+        pthread_mutex_unlock(&F.mu);
+        if (queued < 0) usleep(10 * 1000);
+    }
+    cr_assert_geq(queued, 0, "no GET started");
+    for (int i = 0; i < 10; i++)
+        cr_assert_eq(fetch_poll(f, id, off[queued], 4096), 0, "poll %d: the queued range is in", i);
+    fetch_stats st;
+    fetch_get_stats(f, &st);
+    cr_expect_eq(st.poll_wakeups, 1, "ten polls of the queued range woke the fetch thread %lu times",
+                 (unsigned long)st.poll_wakeups);
+    for (int k = 0; k < 2; k++) fetch_release(f, id, off[k], 4096);
+    fetch_free(f);
+}
+
 Test(remote_restore_stream, ranges_marked_first_are_requested_before_the_rest_of_their_object)
 {
     /* a footer (the tail) and a section in the middle marked first, as a plan marks its first

@@ -94,6 +94,7 @@ typedef struct {
     uint64_t hits, waits, declined;      /* reads: served at once / after waiting / answered 0 */
     uint64_t held_bytes, held_peak_bytes;
     uint64_t memory_touched_bytes;       /* the arena's high-water mark + buffers allocated outside it */
+    uint64_t poll_wakeups;               /* fetch_polls that woke the fetch thread: news of a queued extent */
 } fetch_stats;
 
 /* Starts the set's thread. Returns 0, -ENOMEM or the thread's error (detail set). */
