@@ -135,7 +135,7 @@ struct dstl_reader {
     uint64_t own_requests, own_bytes, plan_declined;   /* for the plan's counters */
     uint32_t kg_first, kg_last;
     size_t piece;                   /* the piece being read: jobs[piece % READ_WINDOW_PIECES] */
-    size_t next_start;              /* the next piece to start a job for */
+    size_t next_start, held;        /* the next piece to start a job for; one that waits to be current */
     job jobs[READ_WINDOW_PIECES];
     seg_src *src;                   /* per segment of the handle */
     remote_loc loc;                 /* of wh->remote_uri, once loc_state is 1 */
@@ -595,6 +595,7 @@ static int fill(dstl_reader *r, int nowait)
 {
     while (r->next_start < r->wh->npieces && r->next_start - r->piece < READ_WINDOW_PIECES) {
         size_t p = r->next_start;
+        if (p == r->held && p != r->piece) break;
         if (p > r->piece) {
             uint64_t ahead = 0;
             for (size_t q = r->piece + 1; q < p; q++) {
@@ -607,7 +608,7 @@ static int fill(dstl_reader *r, int nowait)
         int src = seg_source(r, seg);
         /* a piece of a restore plan waits for the plan's fetch: it too starts when current */
         int now = src != SRC_REMOTE || (r->plan && restore_object(r->plan, r->pe, r->ph, seg) >= 0);
-        if (now && p != r->piece) break;
+        if (now && p != r->piece && (r->held = p)) break;
         if (nowait && src == SRC_REMOTE && r->plan && !restore_piece_ready(r->plan, r->pe, r->ph, p)) return -EAGAIN;
         job_start(r, &r->jobs[p % READ_WINDOW_PIECES], p, src, 0);
         r->next_start++;
