@@ -39,6 +39,7 @@
 #include "dstl/err.h"
 #include "dstl/future.h"
 #include "dstl/handle.h"
+#include "dstl/objcache.h"
 
 typedef struct {
     run_segment *sg;            /* pinned */
@@ -111,16 +112,16 @@ dstl_future *future_new(const future_ctx *ctx, const char *writer_id, uint64_t w
 {
     /* one allocation, the id inline: dstl_persist makes this before it takes s->mu */
     size_t nid = strlen(writer_id) + 1;
-    dstl_future *f = malloc(sizeof *f + nid);
+    dstl_future *f = oc_alloc(sizeof *f + nid);   /* dstl/objcache.h: this thread's next persists reuse it */
     if (!f) return NULL;
     memset(f, 0, sizeof *f);
     f->writer_id = memcpy(f->id_buf, writer_id, nid);
     if (!(f->live = reg_live_new(ctx->run_id, writer_id, writer_incarnation, cp, from, to))) {
-        free(f);
+        oc_free(f);
         return NULL;
     }
     f->hbuf_cap = HANDLE_HDR_BYTES + handle_bytes(ctx, nid - 1, 1, sizeof ((run_segment *)0)->name);
-    f->hbuf = malloc(f->hbuf_cap);   /* NULL: the completion allocates */
+    f->hbuf = oc_alloc(f->hbuf_cap);   /* NULL: the completion allocates */
     f->pieces = &f->piece0;
     f->cap = 1;
     pthread_mutex_init(&f->mu, NULL);
@@ -143,8 +144,8 @@ static void future_destroy(dstl_future *f)
     dstl_handle_free(f->handle);
     if (f->pieces != &f->piece0) free(f->pieces);
     reg_live_free(f->live);
-    free(f->hbuf);
-    free(f);
+    oc_free(f->hbuf);
+    oc_free(f);
 }
 
 void future_abandon(dstl_future *f) { future_destroy(f); }

@@ -21,6 +21,7 @@
 
 #include "dstl/err.h"
 #include "dstl/handle.h"
+#include "dstl/objcache.h"
 
 dstl_handle *handle_wrap(wire_handle *wh)
 {
@@ -86,7 +87,8 @@ void dstl_handle_free(dstl_handle *h)
     if (!h) return;
     if (atomic_fetch_sub_explicit(&h->refs, 1, memory_order_acq_rel) != 1) return;
     if (!h->wh_inline) wire_handle_free(h->wh);
-    free(h);
+    if (h->wh_inline) oc_free(h);       /* a future's handle block (handle_wrap_in) */
+    else free(h);
 }
 
 const char *dstl_handle_writer_id(const dstl_handle *h) { return h->wh->writer_id; }

@@ -14,6 +14,7 @@
 
 #include "dstl/err.h"
 #include "dstl/handle.h"
+#include "dstl/objcache.h"
 #include "dstl/registry.h"
 
 /* A live (not discarded) handle of this run: what keeps its segments. */
@@ -134,7 +135,7 @@ live_handle *reg_live_new(const char *storage_id, const char *writer_id, uint64_
                           uint64_t from, uint64_t to)
 {
     size_t ns = strlen(storage_id), nw = strlen(writer_id);
-    live_handle *l = malloc(sizeof *l + ns + nw + 2);
+    live_handle *l = oc_alloc(sizeof *l + ns + nw + 2);
     if (!l) return NULL;
     *l = (live_handle){.nums = {incarnation, cp, from, to}};
     l->ident = ident_of(storage_id, ns, writer_id, nw, l->nums);
@@ -179,7 +180,7 @@ void reg_live_free(live_handle *l)
 {
     if (!l) return;
     if (l->segs != &l->seg1) free(l->segs);
-    free(l);
+    oc_free(l);
 }
 
 uint64_t reg_live_ident(const wire_handle *wh)

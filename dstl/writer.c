@@ -22,6 +22,7 @@
 
 #include "dstl/err.h"
 #include "dstl/future.h"
+#include "dstl/objcache.h"
 #include "dstl/pipeline.h"
 #include "dstl/registry.h"
 #include "dstl/storage.h"
@@ -177,7 +178,7 @@ int dstl_writer_close(dstl_writer *w)
         chunk_put(&s->chunks, c, room);
     }
     free(w->tally);
-    free(w->spare_range);
+    oc_free(w->spare_range);
     free(w->spare_sec);
     free(w->spare_tally);
     free(w->returned_tally);
@@ -294,12 +295,12 @@ static wire_section_tally *take_tally(dstl_writer *w, uint64_t payload_bytes)
  * writer thread). */
 static int handoff_tail(dstl_writer *w, range **out)
 {
-    range *r = w->spare_range ? w->spare_range : calloc(1, sizeof *r);
+    range *r = w->spare_range ? w->spare_range : oc_calloc(sizeof *r);
     size_t nspans = 0;
     for (chunk *c = w->sent_chunk; c; c = c->next) nspans++;
     if (r) r->spans = nspans <= 2 ? r->span_buf : malloc(nspans * sizeof *r->spans);
     if (!r || !r->spans) {
-        if (r != w->spare_range) free(r);
+        if (r != w->spare_range) oc_free(r);
         return err_fail(-ENOMEM, "writer %s: out of memory", w->id);
     }
     w->spare_range = NULL;
@@ -503,7 +504,7 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
      * an allocation under it lengthens everyone's wait */
     dstl_future *f = future_new(&s->fctx, w->id, w->incarnation, checkpoint_id, from_seq, w->next_seq);
     if (w->sent_seq < w->next_seq) {   /* a hand-off: its memory (handoff_tail, pipeline_enqueue) */
-        if (!w->spare_range) w->spare_range = calloc(1, sizeof *w->spare_range);
+        if (!w->spare_range) w->spare_range = oc_calloc(sizeof *w->spare_range);
         if (!w->spare_sec) w->spare_sec = calloc(1, sizeof *w->spare_sec);
         uint32_t n = tally_span(w);
         if (w->tally && !w->tally_bad && (!w->spare_tally || w->spare_tally_n < n)) {

@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "dstl/histo.h"
+#include "dstl/objcache.h"
 #include "dstl/pipeline/pipeline_int.h"
 #include "dstl/arena.h"
 #include "dstl/read/fetch.h"
@@ -513,4 +515,98 @@ Test(dstl_registry, a_live_handle_is_taken_back_by_its_exact_identity_only)
     reg_section_release(&reg, g);
     cr_assert_eq(reg.delete_head, g, "no count left: queued for deletion");
     reg_destroy(&reg);
+}
+
+/* ---- per-thread block caches (dstl/objcache.h) ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define OC_CACHES 0     /* under ASan every oc_free frees (a use after free still shows) */
+#else
+#define OC_CACHES 1
+#endif
+
+static void *oc_free_on_thread(void *p)
+{
+    oc_free(p);
+    return (void *)oc_kept_bytes();
+}
+
+Test(dstl_objcache, a_freed_block_is_taken_again_by_its_thread_for_its_size_class_within_the_bound)
+{
+    uint8_t *a = oc_alloc(200);
+    cr_assert(a && ((uintptr_t)a & 15) == 0, "16-byte aligned");
+    memset(a, 0xab, 200);
+    size_t k0 = oc_kept_bytes();
+    oc_free(a);
+    cr_assert_eq(oc_kept_bytes() > k0, OC_CACHES, "kept %zu -> %zu", k0, oc_kept_bytes());
+    uint8_t *b = oc_alloc(256);                         /* the same class (up to 256 bytes) */
+    cr_assert_eq(b == a, OC_CACHES, "the kept block was %s", b == a ? "taken" : "not taken");
+    uint8_t *c = oc_calloc(256);
+    for (int i = 0; i < 256; i++) cr_assert_eq(c[i], 0, "oc_calloc zeroes: byte %d", i);
+    oc_free(c);
+    oc_free(b);
+    /* another thread's free goes to that thread's cache, not this one's */
+    size_t mine = oc_kept_bytes();
+    pthread_t t;
+    void *theirs = NULL;
+    cr_assert_eq(pthread_create(&t, NULL, oc_free_on_thread, oc_alloc(100)), 0);
+    cr_assert_eq(pthread_join(t, &theirs), 0);
+    cr_assert_eq(oc_kept_bytes(), mine);
+    cr_assert_eq((size_t)theirs > 0, OC_CACHES, "the freeing thread kept %zu bytes", (size_t)theirs);
+    /* larger than the largest class: never kept; and never more than the bound */
+    void *big = oc_alloc(64u << 10);
+    cr_assert(big);
+    memset(big, 1, 64u << 10);
+    oc_free(big);
+    cr_assert_eq(oc_kept_bytes(), mine, "a 64 KiB block was kept");
+    enum { N = 2 * OC_KEEP_BYTES / 4096 };
+    static void *blocks[N];
+    for (int i = 0; i < N; i++) cr_assert((blocks[i] = oc_alloc(4000)));
+    for (int i = 0; i < N; i++) oc_free(blocks[i]);
+    cr_assert_leq(oc_kept_bytes(), OC_KEEP_BYTES, "kept %zu bytes", oc_kept_bytes());
+    cr_assert_eq(oc_kept_bytes() >= OC_KEEP_BYTES - 4096, OC_CACHES, "kept %zu bytes", oc_kept_bytes());
+}
+
+static size_t rss_bytes(void)
+{
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    cr_assert(f);
+    cr_assert_eq(fscanf(f, "%ld %ld", &pages, &rss), 2);
+    fclose(f);
+    return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+static void *oc_fill_and_exit(void *unused)
+{
+    (void)unused;
+    void *b[OC_KEEP_BYTES / 4096];
+    for (size_t i = 0; i < OC_KEEP_BYTES / 4096; i++)
+        if ((b[i] = oc_alloc(4000))) memset(b[i], 7, 4000);
+    for (size_t i = 0; i < OC_KEEP_BYTES / 4096; i++) oc_free(b[i]);
+    return (void *)oc_kept_bytes();
+}
+
+/* What a thread keeps is freed when it exits: 400 threads that each keep the bound (512 KiB)
+ * would leave 200 MB behind. (Under ASan a thread keeps nothing, which is checked; its RSS
+ * then grows by the freed memory ASan quarantines, so the RSS bound is not, and its leak
+ * check at exit stands in.) */
+Test(dstl_objcache, what_a_thread_keeps_is_freed_when_it_exits)
+{
+    void *kept = NULL;
+    for (int i = 0; i < 20; i++) {          /* the arenas' own growth first */
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, oc_fill_and_exit, NULL), 0);
+        cr_assert_eq(pthread_join(t, &kept), 0);
+    }
+    cr_assert_eq((size_t)kept >= OC_KEEP_BYTES - 4096, OC_CACHES, "a thread kept %zu bytes before it exited",
+                 (size_t)kept);
+    size_t before = rss_bytes();
+    for (int i = 0; i < 400; i++) {
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, oc_fill_and_exit, NULL), 0);
+        cr_assert_eq(pthread_join(t, NULL), 0);
+    }
+    size_t after = rss_bytes();
+    if (OC_CACHES) cr_assert_lt(after, before + (32u << 20), "RSS %zu -> %zu bytes over 400 threads", before, after);
 }

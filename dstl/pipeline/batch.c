@@ -17,6 +17,7 @@
 #include "dstl/err.h"
 #include "dstl/future.h"
 #include "dstl/local/segstore.h"
+#include "dstl/objcache.h"
 #include "dstl/pipeline/pipeline_int.h"
 #include "dstl/registry.h"
 #include "dstl/remote/remote.h"
@@ -63,7 +64,7 @@ void range_free(range *r)
     free(r->retry_buf);
     range_spans_free(r);
     free(r->tally);
-    free(r);
+    oc_free(r);
 }
 
 void range_drop(dstl_storage *s, range *r)
