@@ -390,10 +390,11 @@ static int preempt(dstl_writer *w)
 
 /* ---- append ---- */
 
-/* One header, one copy, counters: the writer thread owns all of it (the stats are relaxed
- * atomics only so dstl_storage_stats may read them from another thread). */
+/* How far ahead of its end an append prefetches its chunk (put_record). */
 #define APPEND_PREFETCH 1024u
 
+/* One header, one copy, counters: the writer thread owns all of it (the stats are relaxed
+ * atomics only so dstl_storage_stats may read them from another thread). */
 static inline void put_record(dstl_writer *w, int meta, uint32_t kg, const void *data, size_t len, size_t need)
 {
     chunk *c = w->tail;
