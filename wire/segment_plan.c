@@ -337,6 +337,8 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, pl
                          s->writer_id, t->nkg, t->kg_lo);
     uint32_t lo = 0, hi = 0;
     size_t nkg = 0;
+    for (const char *p = (const char *)t->kg, *e = (const char *)(t->kg + t->nkg); p < e; p += 64)
+        __builtin_prefetch(p);
     for (uint32_t j = 0; j < t->nkg; j++)
         if (t->kg[j].count) {
             if (!pl->ndata) lo = j;
@@ -360,6 +362,7 @@ static int plan_from_tally(const wire_section_in *s, size_t si, sec_plan *pl, pl
      * section, ~370 a segment at 1,024 writers) */
     if (!(pl->slots = sl ? slab_alloc(sl, block) : malloc(block ? block : 1))) return -ENOMEM;
     pl->map = (uint32_t *)(pl->slots + pl->nslots);
+    for (const char *p = (const char *)pl->slots, *e = p + block; p < e; p += 64) __builtin_prefetch(p, 1);
     uint64_t off = 0;
     for (size_t j = 0, n = 0; j < pl->range; j++) {
         const wire_kg_tally *kt = &t->kg[lo + j];
