@@ -107,6 +107,7 @@ typedef struct range {
     size_t nspans;
     wire_span span_buf[2];
     wire_section_tally *tally;  /* with spans from the chunks: the writer's count of them, or NULL */
+    uint32_t tally_cap;         /* the key groups tally has room for (its nkg may be fewer) */
     int in_chunks;
     uint8_t *retry_buf;
     uint64_t retained;          /* FAILED: its records' bytes, still charged to max-in-flight */
@@ -158,6 +159,8 @@ struct dstl_writer {
     /* a tally the pipeline is done with (writer_tally_return), for a later hand-off: the
      * writer's steady rounds allocate none and nothing is freed across threads */
     wire_section_tally *returned_tally;
+    uint32_t returned_tally_n;              /* its room, from its range: dstl_persist reads this
+                                             * under s->mu, not the tally (a line cold there) */
     range *ranges, *ranges_tail;
     uint64_t trunc_seq;                     /* records below are no longer needed */
     unsigned inflight_ranges;
@@ -166,12 +169,17 @@ struct dstl_writer {
     _Atomic uint64_t st_appends, st_append_bytes;
 };
 
-/* The pipeline is done with a range's tally t (encoded, or durable): w keeps one for a later
+/* The pipeline is done with range r's tally (encoded, or durable): w keeps one for a later
  * hand-off (dstl_persist takes it), the rest are freed. s->mu held. */
-static inline void writer_tally_return(struct dstl_writer *w, wire_section_tally *t)
+static inline void writer_tally_return(struct dstl_writer *w, range *r)
 {
-    if (t && !w->returned_tally) w->returned_tally = t;
-    else free(t);
+    if (r->tally && !w->returned_tally) {
+        w->returned_tally = r->tally;
+        w->returned_tally_n = r->tally_cap;
+    } else {
+        free(r->tally);
+    }
+    r->tally = NULL;
 }
 
 #endif

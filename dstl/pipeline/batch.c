@@ -145,8 +145,7 @@ void batch_end(dstl_storage *s, batch *b, int res, const char *detail)
             r->sec_index = x->index;
             r->loc = b->out.secs[x->index];
             range_spans_free(r);       /* durable: reads go to the segment from now on */
-            writer_tally_return(x->w, r->tally);
-            r->tally = NULL;
+            writer_tally_return(x->w, r);
             reg_section_add(g);
         } else {
             r->state = RANGE_FAILED;

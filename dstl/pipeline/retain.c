@@ -40,8 +40,7 @@ void batch_release_section(dstl_storage *s, batch *b, pipeline_section *x)
     free(r->retry_buf);
     r->retry_buf = NULL;
     range_spans_free(r);
-    writer_tally_return(x->w, r->tally);   /* it counted the chunks' records; a retry decodes its own */
-    r->tally = NULL;
+    writer_tally_return(x->w, r);   /* it counted the chunks' records; a retry decodes its own */
     writer_release_sent_chunks(x->w);
 }
 
