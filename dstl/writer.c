@@ -532,6 +532,11 @@ int dstl_persist(dstl_writer *w, uint64_t from_seq, uint64_t checkpoint_id, dstl
             w->spare_tally = malloc(sizeof *w->spare_tally + n * sizeof *w->tally);
             w->spare_tally_n = w->spare_tally ? n : 0;
         }
+        /* take_tally copies the counts into it under s->mu; a spare the pipeline returned
+         * was last touched on its core */
+        if (w->spare_tally && w->spare_tally_n >= n)
+            for (size_t b = 0; b < sizeof *w->spare_tally + n * sizeof *w->tally; b += 64)
+                __builtin_prefetch((const char *)w->spare_tally + b, 1);
     }
     tail_prefetch(w);
     pthread_mutex_lock(&s->mu);
