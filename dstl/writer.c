@@ -30,7 +30,6 @@
 
 /* ---- chunks (the pool and the pipeline's release: dstl/chunks.c) ---- */
 
-/* Frees leading chunks whose records are no longer needed; writer thread, s->mu held. */
 /* chunks_release reads the tail chunk's header under s->mu; at 1,024 writers on 8 threads it
  * is out of this core's cache by then (the thread has filled 127 other writers' chunks since),
  * and the miss lengthened everyone's wait for s->mu. The tail is the writer thread's: asked
@@ -40,6 +39,7 @@ static inline void tail_prefetch(const dstl_writer *w)
     if (w->tail) __builtin_prefetch(w->tail);
 }
 
+/* Frees leading chunks whose records are no longer needed; writer thread, s->mu held. */
 static void chunks_release(dstl_writer *w)
 {
     writer_release_sent_chunks(w);
