@@ -85,6 +85,19 @@ static uint64_t off_of(const uint8_t *e)
 _Static_assert(offsetof(pend_span, off) == 0, "fetch_sort_by_off sorts by the first member");
 _Static_assert(offsetof(fetch_span, off) == 0, "fetch_sort_by_off sorts by the first member");
 
+/* One LSD pass: src's n elements of size bytes into dst by the byte of their key at shift,
+ * count[] the digits' starts. Inlined with size a constant (the common sizes, below), each
+ * element's copy is a move of registers, not a call to memcpy: a plan sorts each object's
+ * 1,024 sections at w1024. */
+static inline __attribute__((always_inline)) void radix_pass(const uint8_t *src, uint8_t *dst, size_t n, size_t size,
+                                                             unsigned shift, size_t *count)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *e = src + i * size;
+        memcpy(dst + count[(off_of(e) >> shift) & 0xff]++ * size, e, size);
+    }
+}
+
 void fetch_sort_by_off(void *v, size_t n, size_t size)
 {
     uint8_t *a = v, tmp[64];
@@ -109,22 +122,33 @@ void fetch_sort_by_off(void *v, size_t n, size_t size)
         qsort(v, n, size, cmp_off);
         return;
     }
+    /* every pass's digit counts in one read of the keys; a pass whose digit is the same for
+     * every key moves nothing and is skipped */
+    static _Thread_local size_t count[8][256];
+    memset(count, 0, sizeof count);
     uint64_t max = 0;
-    for (size_t i = 0; i < n; i++) max |= off_of(a + i * size);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t k = off_of(a + i * size);
+        max |= k;
+        for (unsigned d = 0; d < 8 && (k >> (8 * d)); d++) count[d][(k >> (8 * d)) & 0xff]++;
+    }
     uint8_t *src = a, *dst = b;
-    for (unsigned shift = 0; shift < 64 && (max >> shift); shift += 8) {   /* LSD, a byte a pass */
-        size_t count[256] = {0};
-        for (size_t i = 0; i < n; i++) count[(off_of(src + i * size) >> shift) & 0xff]++;
+    for (unsigned d = 0; d < 8 && (max >> (8 * d)); d++) {
+        size_t *c = count[d], zeros = n;   /* keys shorter than this digit were not counted: 0 */
+        for (unsigned x = 1; x < 256; x++) zeros -= c[x];
+        c[0] = zeros;
+        int one = 0;
+        for (unsigned x = 0; x < 256; x++) one |= c[x] == n;
+        if (one) continue;
         size_t at = 0;
-        for (unsigned d = 0; d < 256; d++) {
-            size_t c = count[d];
-            count[d] = at;
-            at += c;
+        for (unsigned x = 0; x < 256; x++) {
+            size_t k = c[x];
+            c[x] = at;
+            at += k;
         }
-        for (size_t i = 0; i < n; i++) {
-            const uint8_t *e = src + i * size;
-            memcpy(dst + count[(off_of(e) >> shift) & 0xff]++ * size, e, size);
-        }
+        if (size == sizeof(fetch_span)) radix_pass(src, dst, n, sizeof(fetch_span), 8 * d, c);
+        else if (size == sizeof(pend_span)) radix_pass(src, dst, n, sizeof(pend_span), 8 * d, c);
+        else radix_pass(src, dst, n, size, 8 * d, c);
         uint8_t *t = src;
         src = dst;
         dst = t;
