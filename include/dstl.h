@@ -440,8 +440,9 @@ typedef struct {
 } dstl_restore_stats;
 
 /* Plans a restore of n entries (n >= 1; every handle non-NULL; first <= last) and starts
- * fetching. The handles are copied: the caller may free them. Blocking: when an entry's range
- * cuts a section, the footers of those segments are fetched (in parallel) before it returns.
+ * fetching. The plan holds a reference to each handle (handles are immutable): the caller may
+ * free them. Blocking: when an entry's range cuts a section, the footers of those segments are
+ * fetched (in parallel) before it returns.
  * Returns 0, -EINVAL (bad arguments, detail names the entry), -ENOMEM, DSTL_ECONFIG (a
  * handle's remote URI), or the S3 client's error. */
 int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t n, dstl_restore **out);

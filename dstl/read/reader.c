@@ -127,7 +127,7 @@ typedef struct {
 
 struct dstl_reader {
     dstl_storage *s;
-    const wire_handle *wh;          /* own_wh, or a plan's copy (valid until the reader closes) */
+    const wire_handle *wh;          /* own_wh, or a plan's handle (valid until the reader closes) */
     wire_handle *own_wh;
     dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
     int took_one;                   /* it has returned a record (restore_first_record told) */
@@ -664,7 +664,7 @@ static int wait_job(dstl_reader *r, job *j, int nowait)
 /* ---- API ---- */
 
 /* A reader of wh over [kg_first, kg_last]: of a copy of it, or of wh itself when borrow (a
- * plan's copy, which outlives its readers). */
+ * handle a plan holds, which outlives its readers). */
 static int reader_new(dstl_storage *s, const wire_handle *wh, int borrow, uint32_t kg_first, uint32_t kg_last,
                       dstl_reader **out)
 {

@@ -2,7 +2,8 @@
  * dstl/read/restore_int.h — a restore plan's own types, shared by its files only (restore.h
  * is what the readers see):
  *
- *   restore_map.c  the objects the entries' handles name, and the plan's copy of the handles
+ *   restore_map.c  the objects the entries' handles name, the plan's references to the handles
+ *                  and their needs
  *   restore.c      what each reader needs of those objects, the fetches, the readers' side
  * Calls go restore.c -> restore_map.c only.
  */
@@ -32,28 +33,28 @@ typedef struct {
 } piece_need;
 
 typedef struct {
-    wire_handle *wh;            /* the plan's copy, one allocation with need; the caller's
-                                 * handle while borrowed (planning, before the copy) */
-    int borrowed;
-    int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched (while
-                                 * borrowed, a negative value other than -1 is a local copy) */
-    piece_need *need;           /* per piece (once copied) */
-    char *names;                /* names of its segments that no plan object holds (or NULL) */
+    dstl_handle *ref;           /* the caller's handle, with a reference of the plan's own */
+    const wire_handle *wh;      /* ref's (immutable, as every handle) */
+    int64_t *seg_obj;           /* per segment: plan object, -1 when not fetched (until
+                                 * restore_need_alloc, a negative value other than -1 is a
+                                 * local copy) */
+    piece_need *need;           /* per piece (from restore_need_alloc; in p->needs) */
     size_t done;                /* pieces below this are released */
+    size_t entry;               /* the entry it belongs to */
     int open;
 } plan_handle;
 
 typedef struct {
     uint32_t kg_first, kg_last;
     size_t nh;
-    plan_handle *h;
+    plan_handle *h;             /* in p->hall */
 } plan_entry;
 
 typedef struct {
     char *uri;                  /* s3://bucket/key */
     const char *key;            /* inside uri */
     char bucket[64];
-    char *name;                 /* the segment's name: every copied handle naming it points here */
+    char *name;                 /* the segment's name (its own copy) */
     const wire_seg_ref *g;      /* of the first handle naming it */
     uint32_t uri_id;            /* its number among the plan's remote URIs (restore_map_entries) */
     int64_t succ;               /* the object after it in the last handle naming it (-1: none) */
@@ -85,6 +86,9 @@ struct dstl_restore {
     fetch_set *fs;
     plan_entry *e;
     size_t n;
+    plan_handle *hall;          /* every entry's handles, entry after entry: the plan's passes
+                                 * over all of them walk one array (plan_handle_prefetch) */
+    size_t nhall;
     plan_obj *objs;
     size_t nobj, cap_obj;
     u64map byhash;              /* hash of (remote_uri, name) -> first object index + 1 */
@@ -101,16 +105,34 @@ struct dstl_restore {
     wire_seg_ref ix_g;          /* parses as soon as it is in (early_index); its ref, copied */
     _Atomic uint64_t footers_parsed;   /* indexes parsed for the plan (dstl_restore_stats) */
     plan_spans sp;              /* while planning */
+    piece_need *needs;          /* every handle's need, one block (restore_need_alloc) */
 };
 
-/* Fills p->e from the entries (checking them), each handle borrowed from the caller (read only,
- * valid for the call), and makes the plan object of each remote segment they name (p->objs,
- * its local copy probed), filling seg_obj. 0, or -EINVAL / -ENOMEM with the detail set. */
+/* Asks for the lines the plan's passes read of handle j + 1 (its pieces, segment references
+ * and objects), and for handle j + 2's wire handle, whose fields lead there: a job's 1,024
+ * handles are 1,024 allocations of the callers', each a few cache lines, and a pass over them
+ * waited on each in turn. */
+static inline void plan_handle_prefetch(const dstl_restore *p, size_t j)
+{
+    if (j + 4 < p->nhall) __builtin_prefetch(p->hall[j + 4].wh);
+    if (j + 2 >= p->nhall) return;
+    const plan_handle *n = &p->hall[j + 2];
+    const char *pc = (const char *)n->wh->pieces, *sg = (const char *)n->wh->segs;
+    size_t lp = n->wh->npieces * sizeof *n->wh->pieces, ls = n->wh->nsegs * sizeof *n->wh->segs;
+    for (size_t at = 0; at < lp && at < 16 * 64; at += 64) __builtin_prefetch(pc + at);
+    for (size_t at = 0; at < ls && at < 8 * 64; at += 64) __builtin_prefetch(sg + at);
+    __builtin_prefetch(n->seg_obj);
+}
+
+/* Fills p->e from the entries (checking them), taking a reference to each handle (handles are
+ * immutable: the plan reads the caller's, which may free its own reference), and makes the
+ * plan object of each remote segment they name (p->objs, its local copy probed), filling
+ * seg_obj. 0, or -EINVAL / -ENOMEM with the detail set. */
 int restore_map_entries(dstl_restore *p, const dstl_restore_entry *entries);
-/* Copies every borrowed handle into the plan (with its needs): what dstl_restore_plan does
- * after the first record's GETs are sent, since the copy lands in fresh memory (a cold
- * process's first restore of 1,024 handles: 8 ms here, against 1 ms warm). 0 or -ENOMEM. */
-int restore_pack_entries(dstl_restore *p);
+/* Gives every handle its per-piece needs (one block for the plan, each need with no object
+ * yet) and leaves only the fetched objects in seg_obj: what dstl_restore_plan does after the
+ * first record's GETs are sent, since the block is fresh memory. 0 or -ENOMEM. */
+int restore_need_alloc(dstl_restore *p);
 /* Names the fetched objects to the fetch set, in the order readers consume them. */
 int restore_name_objects(dstl_restore *p);
 

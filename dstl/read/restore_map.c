@@ -1,15 +1,15 @@
 /*
- * dstl/read/restore_map.c — the plan objects a restore's handles name, and the plan's copy of
- * the handles (restore_int.h).
+ * dstl/read/restore_map.c — the plan objects a restore's handles name, and each handle's needs
+ * (restore_int.h).
  *
  * A job's 1,024 handles name the same few dozen objects some 15,000 times. Mapping them to
  * objects is what a plan must do before its first GET can start, so it reads the caller's
  * handles in place, with mostly no hash per segment (a handle's next segment is tried as the
- * object that followed its previous one in an earlier handle). The copy waits until the first
- * record's GETs are sent (restore_pack_entries): it is one allocation per handle with no
- * segment name copied (each points at its object's), but it lands in fresh memory, which in a
- * cold process costs more than the mapping (2.6 MB for 1,024 handles: 8.3 ms against 1.2 ms
- * to map them, 1 ms each when warm; traced 2026-12-06).
+ * object that followed its previous one in an earlier handle). Handles are immutable, so the
+ * plan keeps a reference to each instead of a copy. (It copied them once, one allocation per
+ * handle: 2.6 MB of fresh memory for 1,024 handles, 8.3 ms in a cold process against 1.2 ms
+ * to map them; traced 2026-12-06.) Only the needs are the plan's own: one block, allocated
+ * after the first record's GETs are sent (restore_need_alloc).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -61,7 +61,7 @@ typedef struct {
     uri_set us;
 } map_state;
 
-/* Makes the plan object of segment g (the plan's copy; its name still the caller's) of
+/* Makes the plan object of segment g (in the handle the plan holds a reference to) of
  * (entry, handle), whose remote_uri is m's current one, and probes its local copy. -1 when
  * its key cannot be built, -2 out of memory. */
 static int64_t object_new(dstl_restore *p, const map_state *m, uint64_t h, const wire_seg_ref *g, size_t entry,
@@ -113,9 +113,9 @@ static int64_t object_of(dstl_restore *p, const map_state *m, const wire_seg_ref
     return object_new(p, m, h, g, entry, handle);
 }
 
-/* A segment's plan object while mapping (seg_obj before restore_pack_entries): o when fetched,
- * SEG_LOCAL(o) when its local copy is read instead (its name still points at o's), -1 none.
- * Packing leaves o or -1. */
+/* A segment's plan object while mapping (seg_obj before restore_need_alloc): o when fetched,
+ * SEG_LOCAL(o) when its local copy is read instead (the object still orders the fetches:
+ * entry_chains), -1 none. restore_need_alloc leaves o or -1. */
 #define SEG_LOCAL(o) (-2 - (o))
 
 /* Fills seg_obj of ph (the plan object of each segment, above) from the caller's handle src. */
@@ -154,10 +154,46 @@ static void entry_chains(dstl_restore *p, const plan_entry *e)
         }
 }
 
+/* The caller's handle k of entry e, or NULL (one that is not there: the mapping reports it). */
+static const dstl_handle *caller_handle(const dstl_restore_entry *e, size_t k)
+{
+    return k < e->nhandles && e->handles ? e->handles[k] : NULL;
+}
+
+/* Asks for the lines mapping reads of the caller's handles ahead of handle k of entry i, each a
+ * step further along the pointers: the handle four ahead, its wire handle three ahead, the
+ * segment references two ahead, their names one ahead (within the entry, or the next entries'
+ * first handles: a job restoring task by task gives one handle an entry). The first look at
+ * each of 1,024 handles, a few allocations of the caller's each, was most of the mapping. */
+static void caller_prefetch(const dstl_restore *p, const dstl_restore_entry *entries, size_t i, size_t k)
+{
+    const dstl_handle *h[5] = {NULL};
+    for (size_t d = 1; d <= 4; d++)
+        h[d] = k + d < entries[i].nhandles ? caller_handle(&entries[i], k + d)
+               : i + d < p->n              ? caller_handle(&entries[i + d], 0)
+                                           : NULL;
+    if (h[4]) __builtin_prefetch(h[4]);
+    if (h[3]) __builtin_prefetch(h[3]->wh);
+    if (h[2]) {
+        const wire_handle *w = h[2]->wh;
+        for (size_t at = 0; at < w->nsegs * sizeof *w->segs && at < 8 * 64; at += 64)
+            __builtin_prefetch((const char *)w->segs + at);
+    }
+    if (h[1])
+        for (size_t g = 0; g < h[1]->wh->nsegs && g < 16; g++) __builtin_prefetch(h[1]->wh->segs[g].name);
+}
+
 int restore_map_entries(dstl_restore *p, const dstl_restore_entry *entries)
 {
     map_state m = {.uid = -1, .first = -1};
     int rc = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (entries[i].nhandles > SIZE_MAX / sizeof *p->hall - total - 1)
+            return err_fail(-EINVAL, "dstl_restore_plan: entry %zu: %zu handles", i, entries[i].nhandles);
+        total += entries[i].nhandles;
+    }
+    if (!(p->hall = calloc(total + 1, sizeof *p->hall))) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     for (size_t i = 0; i < p->n && rc == 0; i++) {
         const dstl_restore_entry *en = &entries[i];
         if (en->key_group_first > en->key_group_last || (en->nhandles && !en->handles)) {
@@ -165,17 +201,17 @@ int restore_map_entries(dstl_restore *p, const dstl_restore_entry *entries)
                           en->key_group_first, en->key_group_last);
             break;
         }
-        p->e[i] = (plan_entry){en->key_group_first, en->key_group_last, en->nhandles, NULL};
-        if (!(p->e[i].h = calloc(en->nhandles + 1, sizeof *p->e[i].h))) rc = -ENOMEM;
+        p->e[i] = (plan_entry){en->key_group_first, en->key_group_last, en->nhandles, p->hall + p->nhall};
         for (size_t k = 0; rc == 0 && k < en->nhandles; k++) {
             if (!en->handles[k]) {
                 rc = err_fail(-EINVAL, "dstl_restore_plan: entry %zu: handle %zu is NULL", i, k);
                 break;
             }
-            plan_handle *ph = &p->e[i].h[k];
-            const wire_handle *src = en->handles[k]->wh;
-            ph->wh = (wire_handle *)src;        /* read only, until restore_pack_entries */
-            ph->borrowed = 1;
+            caller_prefetch(p, entries, i, k);
+            plan_handle *ph = &p->hall[p->nhall++];
+            ph->entry = i;
+            ph->ref = handle_ref((dstl_handle *)en->handles[k]);   /* dropped by plan_free */
+            const wire_handle *src = ph->wh = ph->ref->wh;
             if (!(ph->seg_obj = malloc((src->nsegs + 1) * sizeof *ph->seg_obj))) rc = -ENOMEM;
             else rc = map_handle(p, &m, ph, src, i, k);
         }
@@ -188,69 +224,21 @@ int restore_map_entries(dstl_restore *p, const dstl_restore_entry *entries)
     return rc;
 }
 
-/* The parts of handle_pack's allocation follow each other: each size keeps the next aligned. */
-_Static_assert(sizeof(wire_handle) % _Alignof(wire_seg_ref) == 0 && sizeof(wire_seg_ref) % _Alignof(wire_piece) == 0 &&
-                   sizeof(wire_piece) % _Alignof(piece_need) == 0,
-               "handle_pack's parts keep their alignment");
-
-/* ph->wh: a copy of the caller's handle h in one allocation, with ph->need (free(ph->wh) frees
- * both): the handle, its segment references and pieces, then its strings. Each segment's name
- * points at its plan object's, or, for a segment with no object (no remote, a key that cannot
- * be built), at its copy in ph->names; the objects first named by h now point at the copy's
- * segment references; seg_obj keeps the fetched objects only. */
-static int handle_pack(dstl_restore *p, plan_handle *ph)
+int restore_need_alloc(dstl_restore *p)
 {
-    const wire_handle *h = ph->wh;
-    const char *top[3] = {h->storage_id ? h->storage_id : "", h->writer_id ? h->writer_id : "",
-                          h->remote_uri ? h->remote_uri : ""};
-    size_t tl[3], str = 0, own = 0;
-    for (int i = 0; i < 3; i++) str += tl[i] = strlen(top[i]) + 1;
-    for (size_t g = 0; g < h->nsegs; g++) own += ph->seg_obj[g] == -1 ? strlen(h->segs[g].name) + 1 : 0;
-    size_t segs = h->nsegs * sizeof *h->segs, pieces = h->npieces * sizeof *h->pieces;
-    size_t needs = h->npieces * sizeof *ph->need;
-    uint8_t *m = malloc(sizeof *h + segs + pieces + needs + str);
-    if (!m || (own && !(ph->names = malloc(own)))) {
-        free(m);
-        return -ENOMEM;
+    size_t total = 0;
+    for (size_t j = 0; j < p->nhall; j++) total += p->hall[j].wh->npieces;
+    if (!(p->needs = malloc((total ? total : 1) * sizeof *p->needs)))
+        return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
+    piece_need *at = p->needs;
+    for (size_t j = 0; j < p->nhall; j++) {
+        plan_handle *ph = &p->hall[j];
+        ph->need = at;
+        for (size_t q = 0; q < ph->wh->npieces; q++) at[q] = (piece_need){.obj = -1};
+        at += ph->wh->npieces;
+        for (size_t g = 0; g < ph->wh->nsegs; g++)      /* a local copy is read, not fetched */
+            if (ph->seg_obj[g] <= -2) ph->seg_obj[g] = -1;
     }
-    wire_handle *d = (wire_handle *)m;
-    *d = *h;
-    d->segs = (wire_seg_ref *)(m + sizeof *h);
-    d->pieces = (wire_piece *)(m + sizeof *h + segs);
-    ph->need = (piece_need *)(m + sizeof *h + segs + pieces);
-    if (segs) memcpy(d->segs, h->segs, segs);
-    if (pieces) memcpy(d->pieces, h->pieces, pieces);
-    for (size_t q = 0; q < h->npieces; q++) ph->need[q] = (piece_need){.obj = -1};
-    char *at = (char *)m + sizeof *h + segs + pieces + needs;
-    char **dst[3] = {&d->storage_id, &d->writer_id, &d->remote_uri};
-    for (int i = 0; i < 3; i++) {
-        *dst[i] = memcpy(at, top[i], tl[i]);
-        at += tl[i];
-    }
-    char *name_at = ph->names;
-    for (size_t g = 0; g < h->nsegs; g++) {
-        int64_t o = ph->seg_obj[g];
-        if (o <= -2) o = SEG_LOCAL(o);          /* SEG_LOCAL is its own inverse */
-        if (o < 0) {
-            size_t n = strlen(h->segs[g].name) + 1;
-            d->segs[g].name = memcpy(name_at, h->segs[g].name, n);
-            name_at += n;
-            continue;
-        }
-        d->segs[g].name = p->objs[o].name;
-        if (p->objs[o].g == &h->segs[g]) p->objs[o].g = &d->segs[g];
-        if (p->objs[o].local) ph->seg_obj[g] = -1;
-    }
-    ph->wh = d;
-    ph->borrowed = 0;
-    return 0;
-}
-
-int restore_pack_entries(dstl_restore *p)
-{
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t k = 0; k < p->e[i].nh; k++)
-            if (handle_pack(p, &p->e[i].h[k]) < 0) return err_fail(-ENOMEM, "dstl_restore_plan: out of memory");
     return 0;
 }
 
