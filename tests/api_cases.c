@@ -351,6 +351,32 @@ Test(dstl_api, handles_read_back_in_another_storage)
     cr_assert_eq(dstl_storage_close(s2), 0);
 }
 
+/* A reader keeps what it reads of its handle: the caller may free the handle once the reader
+ * is open (the reader holds a reference; under ASan a read of the freed handle fails). */
+Test(dstl_api, a_reader_reads_on_after_its_handle_is_freed)
+{
+    dstl_storage *s = t_storage_open(dir, NULL);
+    dstl_writer *w = NULL;
+    cr_assert_eq(dstl_writer_open(s, "w", 0, 31, &w), 0);
+    t_append_n(w, 5, 400, 0, 32, 300);
+    dstl_handle *h = t_persist(w, 0, 1);
+    dstl_reader *r = NULL;
+    cr_assert_eq(dstl_reader_open(s, h, 0, 31, &r), 0, "%s", dstl_last_error());
+    dstl_handle_free(h);
+    dstl_record rec;
+    uint64_t n = 0;
+    int rc;
+    while ((rc = dstl_reader_next(r, &rec)) == 1) {
+        cr_expect_eq(rec.seq, n, "record %lu has seq %lu", (unsigned long)n, (unsigned long)rec.seq);
+        n++;
+    }
+    cr_expect_eq(rc, 0, "%s", dstl_last_error());
+    cr_expect_eq(n, 400);
+    dstl_reader_close(r);
+    dstl_writer_close(w);
+    cr_assert_eq(dstl_storage_close(s), 0);
+}
+
 /* ---- backpressure ---- */
 
 Test(dstl_api, backpressure_fail_returns_eagain)

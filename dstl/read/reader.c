@@ -127,8 +127,8 @@ typedef struct {
 
 struct dstl_reader {
     dstl_storage *s;
-    const wire_handle *wh;          /* own_wh, or a plan's handle (valid until the reader closes) */
-    wire_handle *own_wh;
+    const wire_handle *wh;          /* ref's, or a plan's handle (valid until the reader closes) */
+    dstl_handle *ref;               /* dstl_reader_open's, a reference of our own; NULL: a plan's */
     dstl_restore *plan;             /* a reader of a restore plan: (entry pe, handle ph) of it */
     int took_one;                   /* it has returned a record (restore_first_record told) */
     size_t pe, ph;
@@ -663,18 +663,18 @@ static int wait_job(dstl_reader *r, job *j, int nowait)
 
 /* ---- API ---- */
 
-/* A reader of wh over [kg_first, kg_last]: of a copy of it, or of wh itself when borrow (a
- * handle a plan holds, which outlives its readers). */
-static int reader_new(dstl_storage *s, const wire_handle *wh, int borrow, uint32_t kg_first, uint32_t kg_last,
-                      dstl_reader **out)
+/* A reader of wh over [kg_first, kg_last]: of handle ref's (the reader takes a reference), or
+ * with ref NULL of a handle a plan holds, which outlives its readers. */
+static int reader_new(dstl_storage *s, const wire_handle *wh, const dstl_handle *ref, uint32_t kg_first,
+                      uint32_t kg_last, dstl_reader **out)
 {
     dstl_reader *r = calloc(1, sizeof *r);
-    if (r) r->wh = borrow ? wh : (r->own_wh = wire_handle_dup(wh));
-    if (!r || !r->wh || !(r->src = calloc(r->wh->nsegs + 1, sizeof *r->src))) {
-        if (r) wire_handle_free(r->own_wh);
+    if (!r || !(r->src = calloc(wh->nsegs + 1, sizeof *r->src))) {
         free(r);
         return err_fail(-ENOMEM, "dstl_reader_open: out of memory");
     }
+    r->wh = wh;
+    r->ref = ref ? handle_ref((dstl_handle *)ref) : NULL;
     r->s = s;
     r->kg_first = kg_first;
     r->kg_last = kg_last;
@@ -691,7 +691,7 @@ int dstl_reader_open(dstl_storage *s, const dstl_handle *h, uint32_t key_group_f
     if (key_group_first > key_group_last)
         return err_fail(-EINVAL, "dstl_reader_open: key group range %u-%u is empty", key_group_first,
                         key_group_last);
-    return reader_new(s, h->wh, 0, key_group_first, key_group_last, out);
+    return reader_new(s, h->wh, h, key_group_first, key_group_last, out);
 }
 
 int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_reader **out)
@@ -701,7 +701,7 @@ int dstl_restore_reader_open(dstl_restore *p, size_t entry, size_t handle, dstl_
     uint32_t first, last;
     int rc = restore_claim(p, entry, handle, &wh, &first, &last);
     if (rc < 0) return rc;
-    if ((rc = reader_new(restore_storage(p), wh, 1, first, last, out)) < 0) {
+    if ((rc = reader_new(restore_storage(p), wh, NULL, first, last, out)) < 0) {
         restore_reader_closed(p, entry, handle, 0, 0, 0);
         return rc;
     }
@@ -790,10 +790,10 @@ void dstl_reader_close(dstl_reader *r)
     }
     for (size_t i = 0; i < READ_WINDOW_PIECES; i++) job_clear(r, &r->jobs[i]);
     for (size_t i = 0; r->src && i < r->wh->nsegs; i++) free(r->src[i].local_err);
-    /* the last use of r->wh: a plan's copy may go once the plan knows this reader closed */
+    /* the last use of r->wh: a plan's handle may go once the plan knows this reader closed */
     if (r->plan) restore_reader_closed(r->plan, r->pe, r->ph, r->own_requests, r->own_bytes, r->plan_declined);
     cache_client_give(r->s, r->cli);
-    wire_handle_free(r->own_wh);
+    dstl_handle_free(r->ref);
     keyring_unref(r->keys);
     free(r->src);
     free(r);
