@@ -432,8 +432,8 @@ typedef struct {
                                    already released, or never planned) */
     uint64_t held_bytes, held_peak_bytes;   /* fetched bytes held in memory now / at most */
     uint64_t footers_parsed;    /* segment footers parsed into the index the plan's readers share
-                                   (once per object; the first record's as soon as it is in,
-                                   before any reader asks) */
+                                   (once per object, each as soon as it is in, before any
+                                   reader asks) */
     uint64_t memory_touched_bytes;  /* memory the fetched bytes have taken up: the plan reuses
                                    what readers released, so about held_peak_bytes (rounded up
                                    to 64 KiB per extent), not bytes_fetched */

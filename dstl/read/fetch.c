@@ -236,6 +236,15 @@ static void on_get(void *ctx, const s3_result *res)
     pthread_mutex_unlock(&f->mu);
 }
 
+/* Runs x's arrival hook (fetch_on_arrival) once the bytes up to have include its range:
+ * before those bytes are published. The set's thread, no lock held. */
+static void arrival(extent *x, uint64_t have)
+{
+    if (!x->arrive_cb || x->arrived || have < x->arrive_end) return;
+    x->arrived = 1;
+    x->arrive_cb(x->arrive_ctx, x->obj, x->buf + x->arrive_at);
+}
+
 /* The GET handed over [0, n) of the extent (the set's thread, inside the client's loop):
  * readers waiting for bytes below that are woken. An answer naming another object length
  * hands nothing over (on_get reports it). Its object counts as fetched from its first bytes
@@ -245,6 +254,7 @@ static void on_progress(void *ctx, size_t n, uint64_t object_size)
 {
     extent *x = ctx;
     if (object_size != x->obj_len || n > x->len) return;
+    arrival(x, x->off + n);
     if (n && !x->counted) {
         pthread_mutex_lock(&x->f->mu);
         count_fetched(x->f, x);
@@ -355,23 +365,6 @@ static int first_pending(fetch_set *f, uint64_t now)
     if (now - f->gate_since_ms < gate_ms(f)) return 1;
     f->gate = 0;
     return 0;
-}
-
-void fetch_gate(fetch_set *f)
-{
-    pthread_mutex_lock(&f->mu);
-    f->gate = 1;
-    f->gate_since_ms = 0;
-    pthread_mutex_unlock(&f->mu);
-}
-
-void fetch_gate_open(fetch_set *f)
-{
-    pthread_mutex_lock(&f->mu);
-    int was = f->gate;
-    f->gate = 0;
-    pthread_mutex_unlock(&f->mu);
-    if (was) s3_client_wakeup(f->o.cli);
 }
 
 int fetch_on_first_ready(fetch_set *f, uint32_t id, void (*cb)(void *ctx), void *ctx)

@@ -137,6 +137,16 @@ int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len);
 void fetch_gate(fetch_set *f);
 /* Opens the gate (any thread; again is fine). */
 void fetch_gate_open(fetch_set *f);
+/* cb(ctx, id, bytes) runs once, on the set's thread and without its lock, when [off, off + len)
+ * of object id has arrived whole inside one extent, before any reader can see those bytes
+ * (fetch_poll, fetch_read, the wake-ups all come after it): the restore plan parses a
+ * segment's footer there, so that the readers waiting for it find its index instead of a
+ * parse in progress (at w1024, 64 threads' readers reach an object when its footer, its last
+ * bytes, comes in: 843-1,611 sleeps a round on another reader's parse). Not when the range
+ * is split over extents, or its GET fails first. Before the object's first fetch_commit; one
+ * per object. cb must not call into the set, nor wait. 0, or -EINVAL. */
+int fetch_on_arrival(fetch_set *f, uint32_t id, uint64_t off, uint64_t len,
+                     void (*cb)(void *ctx, uint32_t id, const uint8_t *bytes), void *ctx);
 /* cb(ctx) runs once, on the set's thread and without its lock, when every extent of object id
  * marked first (fetch_first) has all its bytes: the restore plan parses the first record's
  * footer there, while its own thread still plans. Never when one of them fails or gives up,

@@ -60,6 +60,11 @@ typedef struct extent {
     int reserved;               /* the reserve hook counted len */
     int first;                  /* fetched before the object's other extents (fetch_first) */
     int counted;                /* its object is counted fetched (the set's thread only) */
+    int arrived;                /* arrive_cb ran (the set's thread only) */
+    uint64_t arrive_end;        /* its object's arrival range, when x holds it whole (from */
+    void (*arrive_cb)(void *ctx, uint32_t id, const uint8_t *bytes);   /* extent_add; NULL: */
+    void *arrive_ctx;           /* none), and where the range starts in buf */
+    uint64_t arrive_at;
     uint64_t started_ms;        /* when its GET started */
     _Atomic uint64_t got;       /* bytes from off on that are final (streamed in) */
     _Atomic uint64_t min_need;  /* the smallest need of wl (UINT64_MAX: none) */
@@ -97,6 +102,9 @@ typedef struct {
     int fetched;
     span first[FETCH_FIRST_MAX];    /* fetch_first: ranges fetched before the rest */
     int nfirst, sections;           /* fetch_sections */
+    span arrive;                    /* fetch_on_arrival's range, hook and argument; an */
+    void (*arrive_cb)(void *ctx, uint32_t id, const uint8_t *bytes);   /* extent holding the */
+    void *arrive_ctx;               /* range takes them at its creation (extent_add) */
 } object;
 
 struct fetch_set {

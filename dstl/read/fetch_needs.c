@@ -1,7 +1,8 @@
 /*
  * dstl/read/fetch_needs.c — what a restore plan names to its fetch set (fetch.h): objects,
- * the ranges of them its readers need (each a use), the ranges fetched first, and the extents
- * all that becomes at commit: whole objects when most is needed, merged runs otherwise.
+ * the ranges of them its readers need (each a use), the ranges fetched first, the gate, the
+ * range whose arrival runs a hook, and the extents all that becomes at commit: whole objects
+ * when most is needed, merged runs otherwise.
  * fetch.c's thread fetches the extents; readers release their uses here.
  */
 #include <errno.h>
@@ -167,6 +168,12 @@ static int extent_add(fetch_set *f, object *ob, uint32_t id, uint64_t off, uint6
     }
     *x = (extent){.f = f, .obj = id, .state = X_QUEUED, .off = off, .len = end - off, .obj_len = ob->len,
                   .min_need = UINT64_MAX, .poll_need = UINT64_MAX};
+    if (ob->arrive_cb && ob->arrive.off >= off && ob->arrive.end <= end) {
+        x->arrive_cb = ob->arrive_cb;
+        x->arrive_ctx = ob->arrive_ctx;
+        x->arrive_at = ob->arrive.off - off;
+        x->arrive_end = ob->arrive.end;
+    }
     size_t i = ob->next;
     while (i > 0 && ob->ext[i - 1]->off > off) {
         ob->ext[i] = ob->ext[i - 1];
@@ -278,6 +285,38 @@ int fetch_commit(fetch_set *f, uint32_t id)
     pthread_mutex_unlock(&f->mu);
     s3_client_wakeup(f->o.cli);
     return rc < 0 ? err_fail(rc, "restore: out of memory") : 0;
+}
+
+void fetch_gate(fetch_set *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->gate = 1;
+    f->gate_since_ms = 0;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void fetch_gate_open(fetch_set *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int was = f->gate;
+    f->gate = 0;
+    pthread_mutex_unlock(&f->mu);
+    if (was) s3_client_wakeup(f->o.cli);
+}
+
+int fetch_on_arrival(fetch_set *f, uint32_t id, uint64_t off, uint64_t len,
+                     void (*cb)(void *ctx, uint32_t id, const uint8_t *bytes), void *ctx)
+{
+    pthread_mutex_lock(&f->mu);
+    object *ob = id < f->nobj ? &f->objs[id] : NULL;
+    int ok = ob && !ob->arrive_cb && !ob->next && len && off + len <= ob->len;
+    if (ok) {
+        ob->arrive = (span){off, off + len};
+        ob->arrive_ctx = ctx;
+        ob->arrive_cb = cb;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return ok ? 0 : -EINVAL;
 }
 
 int fetch_first(fetch_set *f, uint32_t id, uint64_t off, uint64_t len)

@@ -313,6 +313,7 @@ static uint64_t first_cost(const first_pick *c)
 }
 
 static void early_index(void *ctx);
+static void footer_arrived(void *ctx, uint32_t fid, const uint8_t *bytes);
 
 static int plan_first_record(dstl_restore *p)
 {
@@ -471,6 +472,12 @@ int dstl_restore_plan(dstl_storage *s, const dstl_restore_entry *entries, size_t
     if (rc == 0 && fetched) rc = start_fetching(p);
     p->early_obj = -1;
     if (rc == 0 && fetched) rc = restore_name_objects(p);
+    for (size_t o = 0; rc == 0 && fetched && o < p->nobj; o++) {    /* parsed as they come */
+        const wire_seg_ref *g = p->objs[o].g;
+        if (!p->objs[o].local)
+            rc = fetch_on_arrival(p->fs, p->objs[o].fid, g->footer_offset, g->object_len - g->footer_offset,
+                                  footer_arrived, p);
+    }
     if (rc == 0 && fetched) rc = object_spans(p);
     if (rc == 0 && fetched) rc = plan_first_record(p);
     /* the first record's GETs are on their way: the needs' memory is taken meanwhile */
@@ -646,6 +653,28 @@ static void early_index(void *ctx)
     if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) return;
     int now = index_load(p, o, &p->ix_g);
     atomic_store_explicit(&o->ix_state, now, memory_order_release);
+    ix_wake(&o->ix_state);
+}
+
+/* On the fetch thread, the moment object fid's footer is in and before any reader can see it
+ * (fetch_on_arrival): its index, parsed once for all its readers, who find it ready instead of
+ * sleeping on the parse of the first of them to get there. Never waits: a parse claimed
+ * already is its claimer's. */
+static void footer_arrived(void *ctx, uint32_t fid, const uint8_t *bytes)
+{
+    dstl_restore *p = ctx;
+    size_t i = 0;
+    while (i < p->nobj && (p->objs[i].local || p->objs[i].fid != fid)) i++;
+    if (i == p->nobj) return;
+    plan_obj *o = &p->objs[i];
+    int st = IX_NONE;
+    if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) return;
+    const wire_seg_ref *g = o->g;
+    char msg[1200];
+    int ok = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, bytes, g->footer_offset,
+                           (size_t)(g->object_len - g->footer_offset), o->uri, &o->ix, msg, sizeof msg) == 0;
+    if (ok) atomic_fetch_add_explicit(&p->footers_parsed, 1, memory_order_relaxed);
+    atomic_store_explicit(&o->ix_state, ok ? IX_PARSED : IX_FAILED, memory_order_release);
     ix_wake(&o->ix_state);
 }
 
