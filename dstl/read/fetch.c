@@ -367,34 +367,6 @@ static int first_pending(fetch_set *f, uint64_t now)
     return 0;
 }
 
-int fetch_on_first_ready(fetch_set *f, uint32_t id, void (*cb)(void *ctx), void *ctx)
-{
-    pthread_mutex_lock(&f->mu);
-    int busy = f->ready_set || id >= f->nobj;
-    if (!busy) {
-        f->ready_set = 1;
-        f->ready_cb = cb;
-        f->ready_ctx = ctx;
-        f->ready_id = id;
-    }
-    pthread_mutex_unlock(&f->mu);
-    if (!busy) s3_client_wakeup(f->o.cli);
-    return busy ? -EBUSY : 0;
-}
-
-/* Whether fetch_on_first_ready's object has its first extents, all in. Under mu. */
-static int first_ready(const fetch_set *f)
-{
-    const object *ob = &f->objs[f->ready_id];
-    int any = 0;
-    for (size_t k = 0; ob->nfirst && k < ob->next; k++) {
-        if (!ob->ext[k]->first) continue;
-        if (ob->ext[k]->state != X_READY) return 0;
-        any = 1;
-    }
-    return any;
-}
-
 /* Starts GETs while slots and budget allow (others wait while first_pending). Under mu. */
 static void admit(fetch_set *f)
 {
@@ -465,13 +437,6 @@ static void *fetch_thread(void *arg)
             for (size_t i = 0; i < f->nobj; i++)
                 for (size_t k = 0; k < f->objs[i].next; k++)
                     if (f->objs[i].ext[k]->state == X_QUEUED) set_state(f->objs[i].ext[k], X_DIRECT);
-        }
-        if (f->ready_cb && !f->stop && first_ready(f)) {
-            void (*cb)(void *) = f->ready_cb;
-            f->ready_cb = NULL;
-            pthread_mutex_unlock(&f->mu);
-            cb(f->ready_ctx);
-            pthread_mutex_lock(&f->mu);
         }
     }
     pthread_mutex_unlock(&f->mu);

@@ -147,12 +147,6 @@ void fetch_gate_open(fetch_set *f);
  * per object. cb must not call into the set, nor wait. 0, or -EINVAL. */
 int fetch_on_arrival(fetch_set *f, uint32_t id, uint64_t off, uint64_t len,
                      void (*cb)(void *ctx, uint32_t id, const uint8_t *bytes), void *ctx);
-/* cb(ctx) runs once, on the set's thread and without its lock, when every extent of object id
- * marked first (fetch_first) has all its bytes: the restore plan parses the first record's
- * footer there, while its own thread still plans. Never when one of them fails or gives up,
- * nor after fetch_free has begun (which waits for a cb that runs). cb must not wait for bytes
- * of the set. Once per set: -EBUSY when one was set already. */
-int fetch_on_first_ready(fetch_set *f, uint32_t id, void (*cb)(void *ctx), void *ctx);
 /* Object id's ranges are whole sections (and its footer) of readers of all their key groups:
  * its gaps are other writers' sections, and any below FETCH_SECTION_GAP_BYTES is read through,
  * whatever its share (not only below the merge gap, within 1/FETCH_GAP_SHARE_DEN). Before

@@ -121,10 +121,6 @@ struct fetch_set {
     uint64_t blocked_since_ms;  /* 0: not blocked */
     int gate;                   /* fetch_gate: closed until fetch_gate_open or FETCH_GATE_MS */
     uint64_t gate_since_ms;     /* ... after the first extents were complete (0: not yet) */
-    void (*ready_cb)(void *);   /* fetch_on_first_ready: until it has run (then NULL) */
-    void *ready_ctx;
-    uint32_t ready_id;
-    int ready_set;              /* fetch_on_first_ready was called (once per set) */
     fetch_stats st;
     poll_token *tokens;         /* the threads that polled */
     uint64_t gen;               /* unique per set: a thread's cached token names it (my_token) */

@@ -19,9 +19,9 @@
  *
  * Threads: the plan is shared by its readers' threads; `mu` guards the per-handle bookkeeping
  * (open, pieces done) and the readers' counters; the tables made at planning are read-only
- * afterwards. An object's index is parsed once, by whoever claims it first (ix_state: a
- * reader, the planner for cut sections, or the fetch thread for the first record's object,
- * early_index, which never waits), and shared.
+ * afterwards. An object's index is parsed once, by whoever claims it first (ix_state): the
+ * fetch thread the moment the footer is in (footer_arrived, which never waits), else a reader
+ * or the planner for cut sections; and shared.
  */
 #include <errno.h>
 #include <limits.h>
@@ -173,8 +173,8 @@ static int plan_cut_pieces(dstl_restore *p, int64_t o, const wire_index *ix)
  * after the first, and a first record picked from its entry, one GET instead of two, waited for
  * it: w256, traced 2026-12-06); the GETs this adds beyond the object's one (0-3) stay within
  * the plan's extra GETs (extra_gets). The fetch thread parses that segment's footer as soon as
- * its extents are in (early_index), while this thread still plans: the first reader finds the
- * index ready. */
+ * it is in (footer_arrived), while this thread still plans: the first reader finds the index
+ * ready. */
 #define RESTORE_FIRST_ENTRIES 64u
 #define RESTORE_FIRST_EDGE_BYTES (64u << 10)
 #define RESTORE_FIRST_PAIR_BYTES (256u << 10)
@@ -312,7 +312,6 @@ static uint64_t first_cost(const first_pick *c)
            (uint64_t)c->entry * RESTORE_FIRST_ENTRY_BYTES;
 }
 
-static void early_index(void *ctx);
 static void footer_arrived(void *ctx, uint32_t fid, const uint8_t *bytes);
 
 static int plan_first_record(dstl_restore *p)
@@ -339,12 +338,8 @@ static int plan_first_record(dstl_restore *p)
         rc = fetch_first(p->fs, po->fid, g->footer_offset, g->object_len - g->footer_offset);
     for (int r = 0; r < 2 && rc == 0; r++) rc = fetch_need(p->fs, po->fid, p->early_off[r], p->early_len[r]);
     if (rc == 0) rc = fetch_commit(p->fs, po->fid);
-    /* its footer is parsed on the fetch thread the moment it is in, while this thread plans on
-     * (the handles' copy, the other pieces): ready when the first reader opens */
-    p->ix_obj = best.o;
-    p->ix_g = *g;
-    p->ix_g.name = NULL;                /* the caller's memory: not needed to parse */
-    if (rc == 0) rc = fetch_on_first_ready(p->fs, po->fid, early_index, p);
+    /* its footer is parsed on the fetch thread the moment it is in (footer_arrived), while this
+     * thread plans on: ready when the first reader opens */
     return rc == -EINVAL ? err_fail(DSTL_ECORRUPT, "dstl_restore_plan: handle of writer %s: piece 0 lies outside %s",
                                     best.wh->writer_id, po->uri) : rc;
 }
@@ -391,7 +386,7 @@ static int plan_indexed(dstl_restore *p)
         if (!p->objs[o].need_index) continue;
         const wire_seg_ref *g = p->objs[o].g;
         size_t len = (size_t)(g->object_len - g->footer_offset);
-        /* the readers' index too; the fetch thread may be parsing it already (early_index) */
+        /* the readers' index too; the fetch thread may be parsing it already (footer_arrived) */
         const wire_index *ix = restore_index(p, (int64_t)o);
         rc = plan_cut_pieces(p, (int64_t)o, ix);
         if (rc == 0) rc = fetch_commit(p->fs, p->objs[o].fid);
@@ -639,27 +634,13 @@ static int index_load(dstl_restore *p, plan_obj *o, const wire_seg_ref *g)
     return rc == 1 ? IX_PARSED : rc < 0 ? IX_FAILED : IX_NONE;
 }
 
-/* On the fetch thread, once the first record's extents are in (fetch_on_first_ready): parses
- * that object's footer into the index its readers share, unless a reader or the planner took
- * it on already. Never waits: its bytes are in, and a claimed index is the claimer's. With
- * the bulk GETs held back by the gate, the fetch thread has nothing else to do meanwhile; a
- * 734 KB footer (1,024 writers) takes 7 ms to parse in a cold process, which the first
- * reader used to spend after the plan returned. */
-static void early_index(void *ctx)
-{
-    dstl_restore *p = ctx;
-    plan_obj *o = &p->objs[p->ix_obj];
-    int st = IX_NONE;
-    if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) return;
-    int now = index_load(p, o, &p->ix_g);
-    atomic_store_explicit(&o->ix_state, now, memory_order_release);
-    ix_wake(&o->ix_state);
-}
-
 /* On the fetch thread, the moment object fid's footer is in and before any reader can see it
  * (fetch_on_arrival): its index, parsed once for all its readers, who find it ready instead of
  * sleeping on the parse of the first of them to get there. Never waits: a parse claimed
- * already is its claimer's. */
+ * already is its claimer's. For the first record's object, with the bulk GETs held back by the
+ * gate, the fetch thread has nothing else to do meanwhile; a 734 KB footer (1,024 writers)
+ * takes 7 ms to parse in a cold process, which the first reader used to spend after the plan
+ * returned. */
 static void footer_arrived(void *ctx, uint32_t fid, const uint8_t *bytes)
 {
     dstl_restore *p = ctx;

@@ -101,8 +101,6 @@ struct dstl_restore {
     size_t early_extra;         /* the GETs its first extents add */
     size_t extra_budget;        /* extra_gets */
     _Atomic int first_out;      /* a reader took its first record (restore_first_record) */
-    int64_t ix_obj;             /* the first record's object, whose footer the fetch thread */
-    wire_seg_ref ix_g;          /* parses as soon as it is in (early_index); its ref, copied */
     _Atomic uint64_t footers_parsed;   /* indexes parsed for the plan (dstl_restore_stats) */
     plan_spans sp;              /* while planning */
     piece_need *needs;          /* every handle's need, one block (restore_need_alloc) */
