@@ -19,7 +19,8 @@
  *       .requests, .first_record_ms; and where the time goes: .ms the whole restore, .plan_ms
  *       dstl_restore_plan, .fetch_done_ms when its last byte arrived, .cpu_ms this process's CPU
  *       time meanwhile — the S3 server shares the machine's cores, so a restore's CPU slows
- *       the server it reads from); the keys of the objects they name go to KEYS_FILE ("" for
+ *       the server it reads from; each round's .roundK.plan_ms and .plan_cpu_ms, the plan's
+ *       wall and thread CPU time, round 1's a cold process's); the keys of the objects they name go to KEYS_FILE ("" for
  *       none) for the raw-GET peer (perf/remote.sh). With `rescale`, four more storages (four
  *       new tasks after a rescale) each restore a quarter of the key groups from the handles
  *       of the old writers whose ranges meet it:
@@ -306,6 +307,7 @@ static void *recover_thread(void *arg)
 typedef struct {
     double secs, first_ms;
     double plan_ms;             /* dstl_restore_plan's own time */
+    double plan_cpu_ms;         /* ... and its thread's CPU time */
     double fetch_ms;            /* when the plan's last fetched byte arrived (after t0) */
     double cpu_ms;              /* the process's CPU time (user + system) during the restore */
     uint64_t record_bytes;
@@ -336,6 +338,13 @@ static void *watch_thread(void *arg)
     return NULL;
 }
 
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static double cpu_s(void)
 {
     struct rusage ru;
@@ -354,10 +363,11 @@ static restore_result restore_once(dstl_storage *s, dstl_handle **h, int n, int 
         e[i] = (dstl_restore_entry){(const dstl_handle *const *)&h[per_task ? i : 0], per_task ? 1 : (size_t)n, kgf, kgl};
     restore_result res = {0};
     _Atomic uint64_t first_ns = 0;
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = now_s(), c0 = cpu_s(), pc0 = thread_cpu_s();
     dstl_restore *p;
     if (dstl_restore_plan(s, e, (size_t)ne, &p) < 0) die("restore plan");
     res.plan_ms = (now_s() - t0) * 1e3;
+    res.plan_cpu_ms = (thread_cpu_s() - pc0) * 1e3;
     fetch_watch fw = {.p = p, .t0 = t0};
     pthread_t wt;
     pthread_create(&wt, NULL, watch_thread, &fw);
@@ -457,6 +467,9 @@ static void bench_recover(dstl_config *c, const char *dir, dstl_handle **last, i
         printf("recovery.w%d.round%d.fetched_mb_s %.1f MB/s\n", n, k + 1, fetched[k]);
         if (raw[k] > 0) printf("recovery.w%d.round%d.raw_get_mb_s %.1f MB/s\n", n, k + 1, raw[k]);
         printf("recovery.w%d.round%d.first_record_ms %.1f ms\n", n, k + 1, first[k]);
+        /* the plan's part of it, each round: the first round's is a cold process's */
+        printf("recovery.w%d.round%d.plan_ms %.2f ms\n", n, k + 1, rr[k].plan_ms);
+        printf("recovery.w%d.round%d.plan_cpu_ms %.2f ms\n", n, k + 1, rr[k].plan_cpu_ms);
     }
     double mid = median(fetched, rounds);
     int m = 0;

@@ -18,7 +18,9 @@
 #                                               round's lines (recovery.wN.roundK.* each round's)
 #   recovery.wN.{ms,plan_ms,fetch_done_ms,cpu_ms}  where that restore's time goes: in all, in
 #                                               dstl_restore_plan, until its last byte came, and
-#                                               the bench's CPU time (the RGW shares the cores)
+#                                               the bench's CPU time (the RGW shares the cores);
+#                                               recovery.wN.roundK.{plan_ms,plan_cpu_ms} the
+#                                               plan's wall and thread CPU time in each round
 #   recovery.wN.raw_get_mb_s, recovery.wN.vs_raw  curl GETs (8 at a time) of the same objects,
 #                                               one before or after each restore round (rawget.sh,
 #                                               run by bench_remote); vs_raw = the restores' median
