@@ -618,20 +618,31 @@ static void ix_wake(_Atomic int *st)
     (void)syscall(SYS_futex, (int *)st, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Fetches (from the plan's bytes) and parses object o's index (its ref g): IX_PARSED with
- * o->ix set, IX_FAILED, or IX_NONE when the plan does not hold the footer. */
-static int index_load(dstl_restore *p, plan_obj *o, const wire_seg_ref *g)
+/* Parses object o's footer and trailer (the bytes at its footer offset) into o->ix: IX_PARSED
+ * or IX_FAILED. The claimer of the parse (ix_state IX_BUSY) only. */
+static int index_parse(dstl_restore *p, plan_obj *o, const uint8_t *buf)
 {
+    const wire_seg_ref *g = o->g;
+    char msg[1200];
+    if (segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset,
+                      (size_t)(g->object_len - g->footer_offset), o->uri, &o->ix, msg, sizeof msg) < 0)
+        return IX_FAILED;
+    atomic_fetch_add_explicit(&p->footers_parsed, 1, memory_order_relaxed);
+    return IX_PARSED;
+}
+
+/* Fetches (from the plan's bytes) and parses object o's index: IX_PARSED with o->ix set,
+ * IX_FAILED, or IX_NONE when the plan does not hold the footer. */
+static int index_load(dstl_restore *p, plan_obj *o)
+{
+    const wire_seg_ref *g = o->g;
     size_t len = (size_t)(g->object_len - g->footer_offset);
     uint8_t *buf = malloc(len ? len : 1);
     char msg[1200];
     int rc = buf ? fetch_read(p->fs, o->fid, g->footer_offset, len, buf, msg, sizeof msg) : 0;
-    if (rc == 1)
-        rc = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, buf, g->footer_offset, len, o->uri, &o->ix,
-                           msg, sizeof msg) == 0 ? 1 : -1;
+    int st = rc == 1 ? index_parse(p, o, buf) : rc < 0 ? IX_FAILED : IX_NONE;
     free(buf);
-    if (rc == 1) atomic_fetch_add_explicit(&p->footers_parsed, 1, memory_order_relaxed);
-    return rc == 1 ? IX_PARSED : rc < 0 ? IX_FAILED : IX_NONE;
+    return st;
 }
 
 /* On the fetch thread, the moment object fid's footer is in and before any reader can see it
@@ -650,12 +661,7 @@ static void footer_arrived(void *ctx, uint32_t fid, const uint8_t *bytes)
     plan_obj *o = &p->objs[i];
     int st = IX_NONE;
     if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) return;
-    const wire_seg_ref *g = o->g;
-    char msg[1200];
-    int ok = segread_index(g, p->keys ? keyring_wire(p->keys) : NULL, bytes, g->footer_offset,
-                           (size_t)(g->object_len - g->footer_offset), o->uri, &o->ix, msg, sizeof msg) == 0;
-    if (ok) atomic_fetch_add_explicit(&p->footers_parsed, 1, memory_order_relaxed);
-    atomic_store_explicit(&o->ix_state, ok ? IX_PARSED : IX_FAILED, memory_order_release);
+    atomic_store_explicit(&o->ix_state, index_parse(p, o, bytes), memory_order_release);
     ix_wake(&o->ix_state);
 }
 
@@ -676,7 +682,7 @@ const wire_index *restore_index(dstl_restore *p, int64_t obj)
             continue;
         }
         if (!atomic_compare_exchange_strong(&o->ix_state, &st, IX_BUSY)) continue;
-        int now = index_load(p, o, o->g);
+        int now = index_load(p, o);
         atomic_store_explicit(&o->ix_state, now, memory_order_release);
         ix_wake(&o->ix_state);
         if (now != IX_PARSED) return NULL;  /* IX_NONE: this reader reads the footer itself */
